@@ -1,0 +1,64 @@
+//! One error type for every back-end, so the CLI can map errors to its documented exit codes
+//! (see [`StoreError::is_refusal`]).
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The runtime that owns the store runs now: writing would race it.
+    #[error("refusing to touch the {runtime} store: the runtime is running ({evidence}); stop it first (its containers keep running with live-restore / shims)")]
+    RuntimeRunning { runtime: &'static str, evidence: String },
+
+    #[error("store root {0} does not exist or is not a directory")]
+    RootMissing(PathBuf),
+
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The store (or one record the caller asked to rewrite) is not what the runtime writes.
+    #[error("{location}: {reason}")]
+    Corrupt { location: String, reason: String },
+
+    #[error("no record with id {0} in the store (was it removed since the scan?)")]
+    UnknownRecord(String),
+
+    /// A pre-check failed; nothing was written.
+    #[error("refused: {0}")]
+    Refused(String),
+
+    /// Re-reading what we are about to write (or wrote) did not give the intended document.
+    #[error("verification of {location} failed: {reason}; nothing was written")]
+    Verify { location: String, reason: String },
+
+    #[error("backup: {0}")]
+    Backup(String),
+
+    /// Rollback found a file that matches neither the original nor the written bytes.
+    #[error("rollback refused: {path} changed since the patch ({reason}); nothing was restored")]
+    RollbackConflict { path: PathBuf, reason: String },
+}
+
+impl StoreError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StoreError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Errors that mean "we did not do it on purpose" (exit code 3), as opposed to failures.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            StoreError::RuntimeRunning { .. }
+                | StoreError::Refused(_)
+                | StoreError::RollbackConflict { .. }
+                | StoreError::Backup(_)
+                | StoreError::RootMissing(_)
+        )
+    }
+}

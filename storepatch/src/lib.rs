@@ -1,0 +1,155 @@
+//! Runtime metadata stores: find the kubelet's container hash where each container runtime
+//! persists it, and rewrite it while the runtime is stopped.
+//!
+//! Every back-end (Docker `config.v2.json`, containerd `meta.db`, CRI-O `config.json`) has the
+//! same shape, [`RuntimeStore`], so the workflow and the CLI never care which runtime they talk
+//! to. The contract every back-end keeps:
+//!
+//! * [`RuntimeStore::scan`] never writes and never fails as a whole because one record is bad:
+//!   a record it cannot decode is reported with [`RecordKind::Undecodable`] and left alone.
+//! * [`RuntimeStore::apply`] refuses while the runtime runs, takes a [`backup::Backup`] of every
+//!   file before the first write, writes atomically (temp + fsync + rename + directory fsync, or
+//!   one bolt transaction), re-reads what it wrote, and is idempotent.
+//! * [`backup::rollback`] restores every original byte for byte, and refuses, naming the file,
+//!   when a file matches neither side of the manifest.
+
+pub mod atomic;
+pub mod backup;
+pub mod error;
+pub mod fault;
+
+pub use error::StoreError;
+
+use serde::Serialize;
+use std::path::Path;
+
+/// The kubelet's CRI annotation holding `HashContainer`.
+pub const HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+/// The kubelet's CRI annotation holding `HashContainerWithoutResources` (1.27–1.30, gate on).
+pub const HASH_WITHOUT_RESOURCES_ANNOTATION: &str = "io.kubernetes.container.hashWithoutResources";
+
+/// Which container runtime owns a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    Docker,
+    Containerd,
+    Crio,
+}
+
+impl RuntimeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeKind::Docker => "docker",
+            RuntimeKind::Containerd => "containerd",
+            RuntimeKind::Crio => "crio",
+        }
+    }
+}
+
+/// What a store record is, as far as the kubelet is concerned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordKind {
+    /// A container the kubelet created: it carries a hash.
+    Container,
+    /// A pod sandbox (pause container): it has no container hash.
+    Sandbox,
+    /// A container not created by the kubelet; never touched.
+    NotKubernetes,
+    /// A record the runtime itself (or we) could not decode; reported, never touched.
+    Undecodable,
+}
+
+/// One record of a runtime store, as a back-end's scan found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoreRecord {
+    /// The runtime's container id.
+    pub id: String,
+    pub kind: RecordKind,
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub pod_uid: Option<String>,
+    pub container: Option<String>,
+    pub attempt: Option<u32>,
+    /// Stored `io.kubernetes.container.hash`, as the kubelet wrote it (lowercase hex).
+    pub hash: Option<String>,
+    /// Stored `io.kubernetes.container.hashWithoutResources`, when present.
+    pub hash_without_resources: Option<String>,
+    pub image: Option<String>,
+    /// The process id the runtime last recorded for the container, when it records one.
+    pub pid: Option<u32>,
+    /// Where the record lives (a file path, or a bolt bucket path), for messages.
+    pub location: String,
+    /// Why the record is [`RecordKind::Undecodable`], or another problem worth reporting.
+    pub problem: Option<String>,
+}
+
+impl StoreRecord {
+    /// A record with only its id, kind and location filled in.
+    pub fn new(id: impl Into<String>, kind: RecordKind, location: impl Into<String>) -> Self {
+        StoreRecord {
+            id: id.into(),
+            kind,
+            namespace: None,
+            pod: None,
+            pod_uid: None,
+            container: None,
+            attempt: None,
+            hash: None,
+            hash_without_resources: None,
+            image: None,
+            pid: None,
+            location: location.into(),
+            problem: None,
+        }
+    }
+}
+
+/// Everything a scan found, plus store-level warnings (e.g. `live-restore` off).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ScanReport {
+    pub records: Vec<StoreRecord>,
+    pub warnings: Vec<String>,
+}
+
+/// The new hash values for one record. `hash_without_resources` is written only where the
+/// record already carries that annotation (the kubelet's feature gate decided that, not us);
+/// `None` leaves it as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rewrite {
+    pub id: String,
+    pub hash: String,
+    pub hash_without_resources: Option<String>,
+}
+
+/// What [`RuntimeStore::apply`] did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ApplyOutcome {
+    /// Records whose stored values changed.
+    pub changed: Vec<String>,
+    /// Records that already held the requested values (idempotent rerun).
+    pub already: Vec<String>,
+    /// Files replaced (Docker, CRI-O) or 1 for a bolt transaction that committed.
+    pub files_written: usize,
+    /// Bytes written to the store.
+    pub bytes_written: u64,
+}
+
+/// One runtime's metadata store. Implementations must be usable from several threads.
+pub trait RuntimeStore: Send + Sync {
+    fn kind(&self) -> RuntimeKind;
+    /// The store root as given (Docker data-root, containerd root, CRI-O graphroot).
+    fn root(&self) -> &Path;
+    /// Read every record. Never writes.
+    fn scan(&self) -> Result<ScanReport, StoreError>;
+    /// `Err(StoreError::RuntimeRunning)` when the runtime owning this store runs now.
+    fn ensure_stopped(&self) -> Result<(), StoreError>;
+    /// Write `rewrites` (ids from [`RuntimeStore::scan`]), backing up into `backup` before the
+    /// first write. Refuses while the runtime runs. Unknown ids are an error before any write.
+    fn apply(
+        &self,
+        rewrites: &[Rewrite],
+        backup: &mut backup::Backup,
+    ) -> Result<ApplyOutcome, StoreError>;
+}
