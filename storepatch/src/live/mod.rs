@@ -1,0 +1,6 @@
+//! Clients for running runtimes, used to check what a runtime reports after a rewrite.
+
+#[cfg(feature = "live")]
+pub mod cri;
+
+pub mod docker;
