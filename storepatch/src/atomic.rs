@@ -126,9 +126,91 @@ fn replace_file_inner(
     Ok(())
 }
 
+/// A new file content written durably next to its target but not yet renamed over it
+/// (two-phase replace of several files: stage them all, and only when every stage succeeded,
+/// [`StagedFile::commit`] each; a full disk then changes no file at all). Dropping a staged
+/// file without committing removes its temp file.
+#[derive(Debug)]
+pub struct StagedFile {
+    path: PathBuf,
+    tmp: Option<PathBuf>,
+}
+
+/// Writes `bytes` to a temp file beside `path` with `meta`, fsynced, without touching `path`.
+pub fn stage_file(path: &Path, bytes: &[u8], meta: FileMeta) -> Result<StagedFile, StoreError> {
+    let tmp = temp_path_for(path);
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| StoreError::io(&tmp, e))?;
+        fault::point("write");
+        f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
+        std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))
+            .map_err(|e| StoreError::io(&tmp, e))?;
+        f.set_permissions(fs::Permissions::from_mode(meta.mode))
+            .map_err(|e| StoreError::io(&tmp, e))?;
+        fault::point("fsync");
+        f.sync_all().map_err(|e| StoreError::io(&tmp, e))
+    })();
+    match result {
+        Ok(()) => Ok(StagedFile {
+            path: path.to_path_buf(),
+            tmp: Some(tmp),
+        }),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+impl StagedFile {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the staged temp file over its target. The caller fsyncs the directory
+    /// ([`sync_dir`]) afterwards.
+    pub fn commit(mut self) -> Result<(), StoreError> {
+        let tmp = self.tmp.take().expect("a staged file is committed once");
+        fault::point("rename");
+        fs::rename(&tmp, &self.path).map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            StoreError::io(&self.path, e)
+        })
+    }
+}
+
+impl Drop for StagedFile {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = fs::remove_file(tmp);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn staged_file_commits_or_vanishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        fs::write(&p, b"old").unwrap();
+        let (_, meta) = read_regular_nofollow(&p).unwrap();
+        let s = stage_file(&p, b"new", meta).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"old", "staging does not touch the target");
+        drop(s);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "dropped stage removed");
+        stage_file(&p, b"new", meta).unwrap().commit().unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"new");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
 
     #[test]
     fn replace_keeps_mode_and_removes_temp() {

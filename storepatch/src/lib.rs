@@ -15,6 +15,7 @@
 
 pub mod atomic;
 pub mod backup;
+pub mod crio;
 pub mod error;
 pub mod fault;
 pub mod live;
