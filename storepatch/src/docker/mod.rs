@@ -1,0 +1,687 @@
+//! Docker back-end: dockershim (kubelet ≤ 1.23) and cri-dockerd keep the kubelet's hash as the
+//! label `annotation.io.kubernetes.container.hash` in
+//! `<data-root>/containers/<id>/config.v2.json`. dockerd cannot change labels (moby#21721), so
+//! the file is edited while dockerd is stopped (with `live-restore`, the containers keep
+//! running) and dockerd reads it back when it restores.
+//!
+//! Only the label value bytes change: every other byte of the file stays identical (dockerd
+//! re-serialises the file at restore and produces the same bytes). Each edit is checked by
+//! re-parsing the result and comparing it with the original document with that one value
+//! changed.
+
+pub mod jsonedit;
+pub mod running;
+
+pub use running::LiveRestore;
+
+use crate::atomic::{self, FileMeta};
+use crate::backup::{self, Backup};
+use crate::{
+    ApplyOutcome, RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreError,
+    StoreRecord,
+};
+use rayon::prelude::*;
+use serde::Deserialize;
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+/// The label holding `io.kubernetes.container.hash` (dockershim's `annotation.` prefix).
+pub const HASH_LABEL: &str = "annotation.io.kubernetes.container.hash";
+/// The label holding `io.kubernetes.container.hashWithoutResources`.
+pub const HASH_WITHOUT_RESOURCES_LABEL: &str =
+    "annotation.io.kubernetes.container.hashWithoutResources";
+pub const RESTART_COUNT_LABEL: &str = "annotation.io.kubernetes.container.restartCount";
+/// `podsandbox` or `container`, set by dockershim and cri-dockerd on everything they create.
+pub const DOCKER_TYPE_LABEL: &str = "io.kubernetes.docker.type";
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+pub const CONFIG_FILE: &str = "config.v2.json";
+
+/// Where dockerd keeps its pidfile, socket and configuration, and what its flags say about
+/// `live-restore`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerOptions {
+    pub pidfile: PathBuf,
+    /// The API socket (`-H unix://…`).
+    pub socket: PathBuf,
+    pub daemon_json: PathBuf,
+    /// `--live-restore` as given on dockerd's command line; overrides daemon.json.
+    pub live_restore: Option<bool>,
+}
+
+impl Default for DockerOptions {
+    fn default() -> Self {
+        DockerOptions {
+            pidfile: "/var/run/docker.pid".into(),
+            socket: "/var/run/docker.sock".into(),
+            daemon_json: "/etc/docker/daemon.json".into(),
+            live_restore: None,
+        }
+    }
+}
+
+/// A Docker data-root (`/var/lib/docker` by default).
+#[derive(Debug, Clone)]
+pub struct DockerStore {
+    root: PathBuf,
+    /// The data-root with symlinks resolved: every path we touch is built from it.
+    real_root: PathBuf,
+    opts: DockerOptions,
+}
+
+#[derive(Deserialize)]
+struct ConfigV2 {
+    #[serde(rename = "ID")]
+    id: Option<String>,
+    #[serde(rename = "Name", default)]
+    name: Option<String>,
+    #[serde(rename = "State")]
+    state: Option<StateV2>,
+    #[serde(rename = "Config")]
+    config: Option<ContainerConfig>,
+    #[serde(rename = "Image", default)]
+    image: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct StateV2 {
+    #[serde(rename = "Pid", default)]
+    pid: i64,
+}
+
+#[derive(Deserialize)]
+struct ContainerConfig {
+    #[serde(rename = "Labels", default)]
+    labels: Option<HashMap<String, String>>,
+    #[serde(rename = "Image", default)]
+    image: Option<String>,
+}
+
+/// A container id we may join to a path: one plain name, nothing that could walk elsewhere.
+fn check_plain_id(id: &str) -> Result<(), StoreError> {
+    if id.is_empty()
+        || id == "."
+        || id == ".."
+        || id.contains('/')
+        || id.contains('\0')
+        || id.len() > 255
+    {
+        return Err(StoreError::UnknownRecord(format!(
+            "{id:?} (not a container id: it would name a path outside containers/)"
+        )));
+    }
+    Ok(())
+}
+
+/// The kubelet writes hashes as lowercase hex (`strconv.FormatUint(h, 16)`); anything else
+/// would also need JSON escaping, so it is refused.
+fn check_hash_value(id: &str, what: &str, v: &str) -> Result<(), StoreError> {
+    if v.is_empty()
+        || v.len() > 16
+        || !v
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
+        return Err(StoreError::Refused(format!(
+            "rewrite of {id}: {what} {v:?} is not a kubelet hash (1-16 lowercase hex digits)"
+        )));
+    }
+    Ok(())
+}
+
+/// The attempt number at the end of a dockershim name `k8s_…_<attempt>`.
+fn attempt_from_name(name: &str) -> Option<u32> {
+    let name = name.strip_prefix('/').unwrap_or(name);
+    if !name.starts_with("k8s_") {
+        return None;
+    }
+    name.rsplit('_').next()?.parse().ok()
+}
+
+/// One file we are about to write.
+struct Planned {
+    id: String,
+    path: PathBuf,
+    original: Vec<u8>,
+    meta: FileMeta,
+    new: Vec<u8>,
+}
+
+impl DockerStore {
+    /// A store at `data_root` with the default pidfile, socket and daemon.json.
+    pub fn open(data_root: &Path) -> Result<Self, StoreError> {
+        Self::with_options(data_root, DockerOptions::default())
+    }
+
+    pub fn with_options(data_root: &Path, opts: DockerOptions) -> Result<Self, StoreError> {
+        let real_root = match fs::canonicalize(data_root) {
+            Ok(p) if p.is_dir() => p,
+            Ok(_) => return Err(StoreError::RootMissing(data_root.to_path_buf())),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(StoreError::RootMissing(data_root.to_path_buf()))
+            }
+            Err(e) => return Err(StoreError::io(data_root, e)),
+        };
+        Ok(DockerStore {
+            root: data_root.to_path_buf(),
+            real_root,
+            opts,
+        })
+    }
+
+    pub fn options(&self) -> &DockerOptions {
+        &self.opts
+    }
+
+    /// What we know about `live-restore` (flag, running dockerd's command line, daemon.json).
+    pub fn live_restore(&self) -> LiveRestore {
+        running::live_restore(
+            self.opts.live_restore,
+            &self.opts.pidfile,
+            &self.opts.daemon_json,
+        )
+    }
+
+    /// `<data-root>/containers`, checked to be a real directory inside the data-root.
+    fn containers_dir(&self) -> Result<PathBuf, StoreError> {
+        let dir = self.real_root.join("containers");
+        let meta = match fs::symlink_metadata(&dir) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(StoreError::Corrupt {
+                    location: dir.display().to_string(),
+                    reason: "does not exist: is this a Docker data-root?".into(),
+                })
+            }
+            Err(e) => return Err(StoreError::io(&dir, e)),
+        };
+        if meta.file_type().is_symlink() {
+            let target = fs::canonicalize(&dir).map_err(|e| StoreError::io(&dir, e))?;
+            if !target.starts_with(&self.real_root) {
+                return Err(StoreError::Corrupt {
+                    location: dir.display().to_string(),
+                    reason: format!(
+                        "is a symbolic link to {}, outside the data-root; refusing",
+                        target.display()
+                    ),
+                });
+            }
+            return Ok(target);
+        }
+        if !meta.is_dir() {
+            return Err(StoreError::Corrupt {
+                location: dir.display().to_string(),
+                reason: "is not a directory".into(),
+            });
+        }
+        Ok(dir)
+    }
+
+    /// Checks `containers/<id>` is a real directory (not a symlink) and returns its
+    /// config.v2.json path. `Ok(None)` when there is no such directory.
+    fn config_path(containers: &Path, id: &str) -> Result<Option<PathBuf>, StoreError> {
+        let dir = containers.join(id);
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = fs::read_link(&dir)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_else(|_| "?".into());
+                Err(StoreError::Corrupt {
+                    location: dir.display().to_string(),
+                    reason: format!(
+                        "is a symbolic link (to {target}); refusing to follow it out of containers/"
+                    ),
+                })
+            }
+            Ok(m) if !m.is_dir() => Err(StoreError::Corrupt {
+                location: dir.display().to_string(),
+                reason: "is not a directory".into(),
+            }),
+            Ok(_) => Ok(Some(dir.join(CONFIG_FILE))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::io(&dir, e)),
+        }
+    }
+
+    fn scan_one(containers: &Path, id: &str) -> StoreRecord {
+        let location = containers.join(id).join(CONFIG_FILE);
+        let undecodable = |problem: String| {
+            let mut r =
+                StoreRecord::new(id, RecordKind::Undecodable, location.display().to_string());
+            r.problem = Some(problem);
+            r
+        };
+        let path = match Self::config_path(containers, id) {
+            Ok(Some(p)) => p,
+            Ok(None) => return undecodable("vanished during the scan".into()),
+            Err(e) => return undecodable(e.to_string()),
+        };
+        let bytes = match atomic::read_regular_nofollow(&path) {
+            Ok((b, _)) => b,
+            Err(StoreError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
+                return undecodable(format!(
+                    "{}: missing (dockerd cannot load this container either)",
+                    path.display()
+                ))
+            }
+            Err(e) => return undecodable(format!("cannot read it: {e}")),
+        };
+        let cfg: ConfigV2 = match serde_json::from_slice(&bytes) {
+            Ok(c) => c,
+            Err(e) => {
+                let what = if e.is_eof() {
+                    "is truncated"
+                } else if e.is_data() {
+                    "has a field of the wrong type"
+                } else {
+                    "is not valid JSON"
+                };
+                return undecodable(format!("{}: {what} ({e})", path.display()));
+            }
+        };
+        match cfg.id.as_deref() {
+            Some(i) if i == id => {}
+            Some(i) => {
+                return undecodable(format!(
+                    "{}: its ID is {i}, not the directory name {id} (dockerd refuses it: \"Container is stored at\")",
+                    path.display()
+                ))
+            }
+            None => return undecodable(format!("{}: has no ID", path.display())),
+        }
+        let labels = cfg.config.as_ref().and_then(|c| c.labels.as_ref());
+        let label = |k: &str| labels.and_then(|l| l.get(k)).cloned();
+        let kind = match label(DOCKER_TYPE_LABEL).as_deref() {
+            Some("container") => RecordKind::Container,
+            Some("podsandbox") => RecordKind::Sandbox,
+            Some(other) => {
+                return undecodable(format!(
+                    "{}: label {DOCKER_TYPE_LABEL}={other:?} is neither \"container\" nor \"podsandbox\"",
+                    path.display()
+                ))
+            }
+            None => RecordKind::NotKubernetes,
+        };
+        let mut r = StoreRecord::new(id, kind.clone(), location.display().to_string());
+        r.image = cfg
+            .config
+            .as_ref()
+            .and_then(|c| c.image.clone())
+            .filter(|s| !s.is_empty())
+            .or(cfg.image.clone().filter(|s| !s.is_empty()));
+        r.pid = cfg
+            .state
+            .as_ref()
+            .map(|s| s.pid)
+            .filter(|&p| p > 0 && p <= u32::MAX as i64)
+            .map(|p| p as u32);
+        if kind == RecordKind::NotKubernetes {
+            if label(POD_UID_LABEL).is_some() {
+                r.problem = Some(format!(
+                    "has Kubernetes pod labels but no {DOCKER_TYPE_LABEL} label: not created by dockershim or cri-dockerd; never touched"
+                ));
+            }
+            return r;
+        }
+        r.namespace = label(POD_NAMESPACE_LABEL);
+        r.pod = label(POD_NAME_LABEL);
+        r.pod_uid = label(POD_UID_LABEL);
+        if kind == RecordKind::Sandbox {
+            r.attempt = cfg.name.as_deref().and_then(attempt_from_name);
+            return r;
+        }
+        r.container = label(CONTAINER_NAME_LABEL);
+        r.hash = label(HASH_LABEL);
+        r.hash_without_resources = label(HASH_WITHOUT_RESOURCES_LABEL);
+        let restart = label(RESTART_COUNT_LABEL);
+        r.attempt = restart
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .or_else(|| cfg.name.as_deref().and_then(attempt_from_name));
+        let mut problems = Vec::new();
+        if r.hash.is_none() {
+            problems.push(format!(
+                "carries no {HASH_LABEL} label: cannot be rewritten"
+            ));
+        }
+        if let Some(rc) = restart.filter(|s| s.parse::<u32>().is_err()) {
+            problems.push(format!("{RESTART_COUNT_LABEL}={rc:?} is not a number"));
+        }
+        for (k, v) in [
+            (POD_UID_LABEL, &r.pod_uid),
+            (CONTAINER_NAME_LABEL, &r.container),
+        ] {
+            if v.is_none() {
+                problems.push(format!("has no {k} label"));
+            }
+        }
+        if !problems.is_empty() {
+            r.problem = Some(problems.join("; "));
+        }
+        r
+    }
+
+    /// Reads, edits and verifies one file; writes nothing. `new == original` when the record
+    /// already holds the requested values.
+    fn plan_one(&self, containers: &Path, rw: &Rewrite) -> Result<Planned, StoreError> {
+        check_plain_id(&rw.id)?;
+        check_hash_value(&rw.id, "hash", &rw.hash)?;
+        if let Some(h) = &rw.hash_without_resources {
+            check_hash_value(&rw.id, "hashWithoutResources", h)?;
+        }
+        let path = Self::config_path(containers, &rw.id)?
+            .ok_or_else(|| StoreError::UnknownRecord(rw.id.clone()))?;
+        let location = path.display().to_string();
+        let corrupt = |reason: String| StoreError::Corrupt {
+            location: location.clone(),
+            reason,
+        };
+        let (original, meta) = atomic::read_regular_nofollow(&path).map_err(|e| match e {
+            StoreError::Io { source, .. } if source.kind() == ErrorKind::NotFound => {
+                corrupt("missing: the container directory holds no config.v2.json".into())
+            }
+            other => other,
+        })?;
+        let doc: serde_json::Value = serde_json::from_slice(&original).map_err(|e| {
+            corrupt(if e.is_eof() {
+                format!("is truncated ({e}); not rewritten")
+            } else {
+                format!("is not valid JSON ({e}); not rewritten")
+            })
+        })?;
+        if doc.get("ID").and_then(|v| v.as_str()) != Some(rw.id.as_str()) {
+            return Err(corrupt(format!(
+                "its ID field is not {} (the directory name); not rewritten",
+                rw.id
+            )));
+        }
+        let labels = match doc.get("Config").and_then(|c| c.get("Labels")) {
+            Some(serde_json::Value::Object(m)) => m,
+            Some(serde_json::Value::Null) | None => {
+                return Err(StoreError::Refused(format!(
+                    "{location}: has no Config.Labels: not a Kubernetes container; not rewritten"
+                )))
+            }
+            Some(other) => {
+                return Err(corrupt(format!(
+                    "Config.Labels is {}, not an object; not rewritten",
+                    json_type(other)
+                )))
+            }
+        };
+        match labels.get(DOCKER_TYPE_LABEL) {
+            Some(serde_json::Value::String(t)) if t == "container" => {}
+            Some(serde_json::Value::String(t)) if t == "podsandbox" => {
+                return Err(StoreError::Refused(format!(
+                    "{location}: {} is a pod sandbox; sandboxes carry no container hash",
+                    rw.id
+                )))
+            }
+            Some(other) => {
+                return Err(corrupt(format!(
+                    "label {DOCKER_TYPE_LABEL} is {other}, not \"container\"; not rewritten"
+                )))
+            }
+            None => {
+                return Err(StoreError::Refused(format!(
+                    "{location}: has no {DOCKER_TYPE_LABEL} label: not created by dockershim or cri-dockerd; never touched"
+                )))
+            }
+        }
+        let mut wanted: Vec<(&str, &str)> = Vec::new();
+        match labels.get(HASH_LABEL) {
+            Some(serde_json::Value::String(old)) if *old != rw.hash => {
+                wanted.push((HASH_LABEL, &rw.hash));
+            }
+            Some(serde_json::Value::String(_)) => {}
+            Some(other) => {
+                return Err(corrupt(format!(
+                    "label {HASH_LABEL} is {}, not a string; not rewritten",
+                    json_type(other)
+                )))
+            }
+            None => return Err(corrupt(format!("has no {HASH_LABEL} label; not rewritten"))),
+        }
+        if let Some(new_hwr) = &rw.hash_without_resources {
+            match labels.get(HASH_WITHOUT_RESOURCES_LABEL) {
+                Some(serde_json::Value::String(old)) if old != new_hwr => {
+                    wanted.push((HASH_WITHOUT_RESOURCES_LABEL, new_hwr));
+                }
+                Some(serde_json::Value::String(_)) => {}
+                Some(other) => {
+                    return Err(corrupt(format!(
+                        "label {HASH_WITHOUT_RESOURCES_LABEL} is {}, not a string; not rewritten",
+                        json_type(other)
+                    )))
+                }
+                // The kubelet's feature gate decided not to write it: leave it absent.
+                None => {}
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(Planned {
+                id: rw.id.clone(),
+                path,
+                new: original.clone(),
+                original,
+                meta,
+            });
+        }
+        let keys: Vec<&str> = wanted.iter().map(|(k, _)| *k).collect();
+        let spans = jsonedit::find_label_values(&original, &keys)
+            .map_err(|e| corrupt(format!("{e}; not rewritten")))?;
+        let mut edits = Vec::with_capacity(wanted.len());
+        for ((key, value), span) in wanted.iter().zip(spans) {
+            let span = span.ok_or_else(|| StoreError::Verify {
+                location: location.clone(),
+                reason: format!("the byte scanner did not find label {key} that the parser saw"),
+            })?;
+            let token = serde_json::to_vec(value).expect("a string always encodes");
+            edits.push((span, token));
+        }
+        let new = jsonedit::splice(&original, &mut edits);
+        // Verify: the new bytes parse to the original document with just these values changed.
+        let mut expected = doc;
+        {
+            let labels = expected
+                .get_mut("Config")
+                .and_then(|c| c.get_mut("Labels"))
+                .and_then(|l| l.as_object_mut())
+                .expect("checked above");
+            for (k, v) in &wanted {
+                labels.insert(
+                    (*k).to_string(),
+                    serde_json::Value::String((*v).to_string()),
+                );
+            }
+        }
+        let reparsed: serde_json::Value =
+            serde_json::from_slice(&new).map_err(|e| StoreError::Verify {
+                location: location.clone(),
+                reason: format!("the edited bytes do not parse: {e}"),
+            })?;
+        if reparsed != expected {
+            return Err(StoreError::Verify {
+                location,
+                reason:
+                    "the edited document differs from the original in more than the hash labels"
+                        .into(),
+            });
+        }
+        Ok(Planned {
+            id: rw.id.clone(),
+            path,
+            original,
+            meta,
+            new,
+        })
+    }
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+impl RuntimeStore for DockerStore {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Docker
+    }
+
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn scan(&self) -> Result<ScanReport, StoreError> {
+        let containers = self.containers_dir()?;
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(&containers).map_err(|e| StoreError::io(&containers, e))? {
+            let entry = entry.map_err(|e| StoreError::io(&containers, e))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            // Our own (or dockerd's) temp files never live here, but skip hidden entries.
+            if name.starts_with('.') {
+                continue;
+            }
+            ids.push(name.into_owned());
+        }
+        let mut records: Vec<StoreRecord> = ids
+            .par_iter()
+            .map(|id| Self::scan_one(&containers, id))
+            .collect();
+        records.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut warnings = Vec::new();
+        if let Some(w) = self.live_restore().warning() {
+            warnings.push(w);
+        }
+        let bad = records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Undecodable)
+            .count();
+        if bad > 0 {
+            warnings.push(format!(
+                "{bad} record(s) under {} could not be decoded; they are reported and left alone",
+                containers.display()
+            ));
+        }
+        Ok(ScanReport { records, warnings })
+    }
+
+    fn ensure_stopped(&self) -> Result<(), StoreError> {
+        match running::dockerd_running(&self.opts.pidfile, &self.opts.socket) {
+            Some(evidence) => Err(StoreError::RuntimeRunning {
+                runtime: "docker",
+                evidence,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
+        self.ensure_stopped()?;
+        let containers = self.containers_dir()?;
+        // One rewrite per id; the same id twice with different values is a caller bug.
+        let mut by_id: HashMap<&str, &Rewrite> = HashMap::new();
+        let mut unique = Vec::with_capacity(rewrites.len());
+        for rw in rewrites {
+            match by_id.insert(rw.id.as_str(), rw) {
+                Some(prev) if prev != rw => {
+                    return Err(StoreError::Refused(format!(
+                        "two different rewrites for container {}",
+                        rw.id
+                    )))
+                }
+                Some(_) => {}
+                None => unique.push(rw),
+            }
+        }
+        // Read, edit and verify everything before the first write.
+        let plans: Vec<Result<Planned, StoreError>> = unique
+            .par_iter()
+            .map(|rw| self.plan_one(&containers, rw))
+            .collect();
+        let mut planned = Vec::with_capacity(plans.len());
+        for p in plans {
+            planned.push(p?);
+        }
+        let mut outcome = ApplyOutcome::default();
+        let (changed, already): (Vec<Planned>, Vec<Planned>) =
+            planned.into_iter().partition(|p| p.new != p.original);
+        outcome.already = already.into_iter().map(|p| p.id).collect();
+
+        for p in &changed {
+            backup.save(
+                &p.path,
+                &p.original,
+                p.meta,
+                Some(backup::sha256_hex(&p.new)),
+            )?;
+        }
+        backup.commit()?;
+        if changed.is_empty() {
+            backup.finish()?;
+            return Ok(outcome);
+        }
+        // dockerd must not have come up while we prepared.
+        self.ensure_stopped()?;
+        // Two phases: stage every new file (temp file beside it, fsynced) and only when all
+        // of them are staged rename them over the originals. A full disk or an I/O error while
+        // staging changes no store file (dropped stages remove their temp files).
+        let mut staged = Vec::with_capacity(changed.len());
+        for p in &changed {
+            staged.push(atomic::stage_file(&p.path, &p.new, p.meta)?);
+        }
+        let mut dirs = BTreeSet::new();
+        for (s, p) in staged.into_iter().zip(&changed) {
+            s.commit()?;
+            dirs.insert(
+                p.path
+                    .parent()
+                    .expect("a file in a directory")
+                    .to_path_buf(),
+            );
+            outcome.files_written += 1;
+            outcome.bytes_written += p.new.len() as u64;
+        }
+        for d in &dirs {
+            atomic::sync_dir(d)?;
+        }
+        // Read back what we wrote.
+        let mismatched: Vec<String> = changed
+            .par_iter()
+            .filter_map(|p| match atomic::read_regular_nofollow(&p.path) {
+                Ok((b, _)) if b == p.new => None,
+                Ok(_) => Some(format!(
+                    "{}: holds other bytes than written",
+                    p.path.display()
+                )),
+                Err(e) => Some(e.to_string()),
+            })
+            .collect();
+        if !mismatched.is_empty() {
+            return Err(StoreError::Corrupt {
+                location: mismatched.join(", "),
+                reason: format!(
+                    "read-back after the write did not give the written bytes; the backup in {} can restore the originals",
+                    backup.dir().display()
+                ),
+            });
+        }
+        backup.finish()?;
+        outcome.changed = changed.into_iter().map(|p| p.id).collect();
+        Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+//! Is dockerd running, and will stopping it keep the containers (`live-restore`)?
+
+use std::fs;
+use std::io::ErrorKind;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+/// Evidence that dockerd runs now, or `None`.
+///
+/// * the pidfile names a live process (dockerd removes its pidfile on a clean exit; a stale
+///   pidfile whose pid is gone does not count), or
+/// * the API socket accepts a connection (a leftover socket file nobody listens on does not
+///   count).
+pub fn dockerd_running(pidfile: &Path, socket: &Path) -> Option<String> {
+    if let Some(pid) = read_pid(pidfile) {
+        if process_alive(pid) {
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "?".into());
+            return Some(format!(
+                "pidfile {} names live process {pid} ({comm})",
+                pidfile.display()
+            ));
+        }
+    }
+    match UnixStream::connect(socket) {
+        Ok(_) => Some(format!("socket {} accepts connections", socket.display())),
+        Err(_) => None,
+    }
+}
+
+fn read_pid(pidfile: &Path) -> Option<i32> {
+    let text = fs::read_to_string(pidfile).ok()?;
+    let pid: i32 = text.trim().parse().ok()?;
+    (pid > 0).then_some(pid)
+}
+
+/// The pid of the live process the pidfile names, if any.
+pub fn live_pid(pidfile: &Path) -> Option<i32> {
+    read_pid(pidfile).filter(|&p| process_alive(p))
+}
+
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid, 0) };
+    if rc == 0 {
+        return true;
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// What we know about dockerd's `live-restore` setting.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "state", content = "source")]
+pub enum LiveRestore {
+    /// On; the string says where we learned it.
+    On(String),
+    /// Off; the string says where we learned it.
+    Off(String),
+    /// Could not be determined; the string says why.
+    Unknown(String),
+}
+
+impl LiveRestore {
+    pub fn is_on(&self) -> bool {
+        matches!(self, LiveRestore::On(_))
+    }
+
+    /// The loud warning a plan must carry when live-restore is not known to be on.
+    pub fn warning(&self) -> Option<String> {
+        match self {
+            LiveRestore::On(_) => None,
+            LiveRestore::Off(src) => Some(format!(
+                "DANGER: dockerd live-restore is OFF ({src}): stopping dockerd KILLS EVERY CONTAINER on this node, and the rewritten hashes then protect nothing. Enable \"live-restore\": true in daemon.json and reload dockerd (SIGHUP) before stopping it"
+            )),
+            LiveRestore::Unknown(why) => Some(format!(
+                "DANGER: cannot tell whether dockerd live-restore is on ({why}): without it stopping dockerd KILLS EVERY CONTAINER. Check it (docker info: Live Restore Enabled) before stopping dockerd"
+            )),
+        }
+    }
+}
+
+/// Works out `live-restore`: an explicit flag value wins, then the command line of the running
+/// dockerd (from the pidfile), then `daemon.json` (absent key or file: dockerd's default, off).
+pub fn live_restore(flag: Option<bool>, pidfile: &Path, daemon_json: &Path) -> LiveRestore {
+    if let Some(on) = flag {
+        let src = "as given on the command line".to_string();
+        return if on {
+            LiveRestore::On(src)
+        } else {
+            LiveRestore::Off(src)
+        };
+    }
+    let mut from_cmdline = None;
+    let mut config_file = daemon_json.to_path_buf();
+    if let Some(pid) = live_pid(pidfile) {
+        if let Ok(raw) = fs::read(format!("/proc/{pid}/cmdline")) {
+            let args: Vec<String> = raw
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let mut it = args.iter().peekable();
+            while let Some(a) = it.next() {
+                match a.as_str() {
+                    "--live-restore" | "--live-restore=true" => from_cmdline = Some(true),
+                    "--live-restore=false" => from_cmdline = Some(false),
+                    "--config-file" => {
+                        if let Some(p) = it.peek() {
+                            config_file = p.into();
+                        }
+                    }
+                    s if s.starts_with("--config-file=") => {
+                        config_file = s["--config-file=".len()..].into();
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(on) = from_cmdline {
+                let src = format!("command line of running dockerd pid {pid}");
+                return if on {
+                    LiveRestore::On(src)
+                } else {
+                    LiveRestore::Off(src)
+                };
+            }
+        }
+    }
+    match fs::read(&config_file) {
+        Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(v) => match v.get("live-restore") {
+                Some(serde_json::Value::Bool(true)) => {
+                    LiveRestore::On(format!("{}", config_file.display()))
+                }
+                Some(serde_json::Value::Bool(false)) => LiveRestore::Off(format!(
+                    "{} sets \"live-restore\": false",
+                    config_file.display()
+                )),
+                None => LiveRestore::Off(format!(
+                    "{} has no \"live-restore\" key and dockerd's default is off (unless dockerd is started with --live-restore; say so with the live-restore option)",
+                    config_file.display()
+                )),
+                Some(other) => LiveRestore::Unknown(format!(
+                    "{}: \"live-restore\" is {other}, not a boolean",
+                    config_file.display()
+                )),
+            },
+            Err(e) => LiveRestore::Unknown(format!(
+                "{} is not valid JSON: {e}",
+                config_file.display()
+            )),
+        },
+        Err(e) if e.kind() == ErrorKind::NotFound => LiveRestore::Off(format!(
+            "{} does not exist and dockerd's default is off (unless dockerd is started with --live-restore; say so with the live-restore option)",
+            config_file.display()
+        )),
+        Err(e) => LiveRestore::Unknown(format!("cannot read {}: {e}", config_file.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_restore_sources() {
+        let d = tempfile::tempdir().unwrap();
+        let pf = d.path().join("none.pid");
+        let dj = d.path().join("daemon.json");
+        assert!(matches!(live_restore(None, &pf, &dj), LiveRestore::Off(_)));
+        fs::write(
+            &dj,
+            br#"{"live-restore": true, "storage-driver": "overlay2"}"#,
+        )
+        .unwrap();
+        assert!(live_restore(None, &pf, &dj).is_on());
+        assert!(matches!(
+            live_restore(Some(false), &pf, &dj),
+            LiveRestore::Off(_)
+        ));
+        fs::write(&dj, br#"{"live-restore": "yes"}"#).unwrap();
+        assert!(matches!(
+            live_restore(None, &pf, &dj),
+            LiveRestore::Unknown(_)
+        ));
+        fs::write(&dj, b"{not json").unwrap();
+        let lr = live_restore(None, &pf, &dj);
+        assert!(matches!(lr, LiveRestore::Unknown(_)));
+        assert!(lr.warning().unwrap().contains("KILLS EVERY CONTAINER"));
+        fs::write(&dj, br#"{}"#).unwrap();
+        assert!(live_restore(None, &pf, &dj)
+            .warning()
+            .unwrap()
+            .contains("live-restore is OFF"));
+    }
+
+    #[test]
+    fn running_detection() {
+        let d = tempfile::tempdir().unwrap();
+        let pf = d.path().join("docker.pid");
+        let sock = d.path().join("docker.sock");
+        assert_eq!(dockerd_running(&pf, &sock), None, "nothing there");
+        // A stale pidfile (no such process) does not count.
+        fs::write(&pf, b"2147483000\n").unwrap();
+        assert_eq!(dockerd_running(&pf, &sock), None);
+        fs::write(&pf, format!("{}", std::process::id())).unwrap();
+        let ev = dockerd_running(&pf, &sock).unwrap();
+        assert!(ev.contains("live process"), "{ev}");
+        fs::remove_file(&pf).unwrap();
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let ev = dockerd_running(&pf, &sock).unwrap();
+        assert!(ev.contains("accepts"), "{ev}");
+        drop(listener);
+        assert_eq!(
+            dockerd_running(&pf, &sock),
+            None,
+            "leftover socket file does not count"
+        );
+    }
+}
