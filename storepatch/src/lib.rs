@@ -16,6 +16,7 @@
 pub mod atomic;
 pub mod backup;
 pub mod crio;
+pub mod docker;
 pub mod error;
 pub mod fault;
 pub mod live;
