@@ -324,11 +324,14 @@ impl CrioStore {
             if let Ok((b, _)) = atomic::read_regular_nofollow(&state) {
                 match serde_json::from_slice::<Value>(&b) {
                     Ok(v) => {
-                        record.pid = v
-                            .get("pid")
-                            .and_then(Value::as_u64)
-                            .filter(|p| *p > 0)
-                            .and_then(|p| u32::try_from(p).ok());
+                        // `pid` while running; CRI-O keeps only `initPid` once the
+                        // container exited (what its verbose status reports).
+                        record.pid = ["pid", "initPid"].iter().find_map(|k| {
+                            v.get(*k)
+                                .and_then(Value::as_u64)
+                                .filter(|p| *p > 0)
+                                .and_then(|p| u32::try_from(p).ok())
+                        });
                     }
                     Err(e) => append_problem(
                         &mut record,

@@ -1,0 +1,905 @@
+//! CRI-O back-end against the files a real CRI-O 1.30.14 wrote (fixtures/nodes/crio-1.30):
+//! scan = expected.json, patch for 1.31 = the bytes CRI-O accepted in step4 (variant VC),
+//! rollback = the original bytes, rerun = no-op, and every bad input refused with no byte changed.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use storepatch::backup::{self, Backup};
+use storepatch::crio::{CrioOptions, CrioStore};
+use storepatch::{RecordKind, Rewrite, RuntimeStore, StoreError, StoreRecord};
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes/crio-1.30")
+}
+
+fn expected() -> Value {
+    serde_json::from_slice(&fs::read(fixture().join("expected.json")).unwrap()).unwrap()
+}
+
+const GRAPH: &str = "var/lib/containers/storage";
+const RUN: &str = "run/containers/storage";
+
+/// Recursively copies `from` into `to`, keeping modes (no symlinks in the fixture).
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let meta = fs::symlink_metadata(&src).unwrap();
+        if meta.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            fs::copy(&src, &dst).unwrap();
+        }
+        fs::set_permissions(&dst, fs::Permissions::from_mode(meta.mode() & 0o7777)).unwrap();
+    }
+}
+
+/// A writable copy of the node's `var/` and `run/` under `dir/node`.
+fn copy_node(dir: &Path) -> PathBuf {
+    let node = dir.join("node");
+    copy_tree(&fixture().join("var"), &node.join("var"));
+    copy_tree(&fixture().join("run"), &node.join("run"));
+    node
+}
+
+/// Every entry below `root`: relative path → (mode, bytes or symlink target).
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    for e in walkdir::WalkDir::new(root).sort_by_file_name() {
+        let e = e.unwrap();
+        let meta = fs::symlink_metadata(e.path()).unwrap();
+        let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
+        let content = if meta.file_type().is_symlink() {
+            fs::read_link(e.path())
+                .unwrap()
+                .into_os_string()
+                .into_encoded_bytes()
+        } else if meta.is_file() {
+            fs::read(e.path()).unwrap()
+        } else {
+            Vec::new()
+        };
+        out.insert(rel, (meta.mode(), content));
+    }
+    out
+}
+
+fn assert_unchanged(before: &BTreeMap<PathBuf, (u32, Vec<u8>)>, root: &Path, what: &str) {
+    let after = snapshot(root);
+    let before_keys: Vec<_> = before.keys().collect();
+    let after_keys: Vec<_> = after.keys().collect();
+    assert_eq!(before_keys, after_keys, "{what}: set of files changed");
+    for (k, v) in before {
+        assert!(after[k] == *v, "{what}: {} changed", k.display());
+    }
+}
+
+/// The rewrites a planner would make for `target`: every container whose target is known.
+fn rewrites_for(target: &str) -> Vec<Rewrite> {
+    expected()["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| {
+            let t = c["targets"][target].as_object()?;
+            Some(Rewrite {
+                id: c["id"].as_str().unwrap().to_string(),
+                hash: t["hash"].as_str().unwrap().to_string(),
+                hash_without_resources: t
+                    .get("hash_without_resources")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            })
+        })
+        .collect()
+}
+
+fn open(node: &Path) -> CrioStore {
+    CrioStore::open(&node.join(GRAPH)).unwrap()
+}
+
+fn new_backup(dir: &Path, name: &str, store: &CrioStore) -> (PathBuf, Backup) {
+    let p = dir.join(name);
+    let b = Backup::create(&p, "crio", store.graphroot()).unwrap();
+    (p, b)
+}
+
+fn by_id(records: &[StoreRecord]) -> BTreeMap<&str, &StoreRecord> {
+    records.iter().map(|r| (r.id.as_str(), r)).collect()
+}
+
+/// What CRI-O stores as `io.kubernetes.cri-o.ImageName` for the image the kubelet sent.
+fn normalized_image(image: &str) -> String {
+    let (first, _) = image.split_once('/').unwrap_or(("", image));
+    let mut s = if !image.contains('/') {
+        format!("docker.io/library/{image}")
+    } else if !(first.contains('.') || first.contains(':') || first == "localhost") {
+        format!("docker.io/{image}")
+    } else {
+        image.to_string()
+    };
+    let last = s.rsplit('/').next().unwrap();
+    if !last.contains(':') && !s.contains('@') {
+        s.push_str(":latest");
+    }
+    s
+}
+
+#[test]
+fn scan_gives_every_record_of_expected_json() {
+    // Read-only on the fixture itself: scan never writes.
+    let before = snapshot(&fixture());
+    let store = CrioStore::open(&fixture().join(GRAPH)).unwrap();
+    assert_eq!(
+        store.runroot(),
+        Some(fixture().join(RUN).as_path()),
+        "runroot discovered beside the graphroot"
+    );
+    let report = store.scan().unwrap();
+    assert_unchanged(&before, &fixture(), "scan");
+    let exp = expected();
+    let rows = exp["containers"].as_array().unwrap();
+    assert_eq!(
+        report.records.len(),
+        rows.len(),
+        "one record per runtime container"
+    );
+    let recs = by_id(&report.records);
+    let before_json: Value =
+        serde_json::from_slice(&fs::read(fixture().join("runtime-before.json")).unwrap()).unwrap();
+    let pids: BTreeMap<&str, u64> = before_json["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_str().unwrap(), c["pid"].as_u64().unwrap()))
+        .collect();
+    let (mut containers, mut sandboxes, mut digest_refs) = (0, 0, 0);
+    for row in rows {
+        let id = row["id"].as_str().unwrap();
+        let r = recs.get(id).unwrap_or_else(|| panic!("{id} not scanned"));
+        assert_eq!(r.problem, None, "{id}: {:?}", r.problem);
+        assert_eq!(
+            r.namespace.as_deref(),
+            row["pod"]["namespace"].as_str(),
+            "{id}"
+        );
+        assert_eq!(r.pod.as_deref(), row["pod"]["name"].as_str(), "{id}");
+        assert_eq!(r.pod_uid.as_deref(), row["pod"]["uid"].as_str(), "{id}");
+        assert!(
+            r.location.ends_with("userdata/config.json"),
+            "{}",
+            r.location
+        );
+        match row["kind"].as_str().unwrap() {
+            "sandbox" => {
+                sandboxes += 1;
+                assert_eq!(r.kind, RecordKind::Sandbox, "{id}");
+                assert_eq!(r.hash, None);
+                assert_eq!(r.container, None);
+            }
+            "container" => {
+                containers += 1;
+                assert_eq!(r.kind, RecordKind::Container, "{id}");
+                assert_eq!(
+                    r.container.as_deref(),
+                    row["container_name"].as_str(),
+                    "{id}"
+                );
+                assert_eq!(r.attempt, row["attempt"].as_u64().map(|a| a as u32), "{id}");
+                assert_eq!(r.hash.as_deref(), row["stored_hash"].as_str(), "{id}");
+                assert_eq!(
+                    r.hash_without_resources.as_deref(),
+                    row["stored_hash_without_resources"].as_str(),
+                    "{id}"
+                );
+                assert_eq!(r.pid.map(u64::from), pids.get(id).copied(), "{id} pid");
+                let img = row["image_in_runtime"].as_str().unwrap();
+                if img.contains('@') {
+                    // Fixture deviation (nodes/README.md): CRI-O stored the digest reference
+                    // under a tag.
+                    digest_refs += 1;
+                    assert!(r.image.is_some(), "{id}");
+                } else {
+                    assert_eq!(
+                        r.image.as_deref(),
+                        Some(normalized_image(img).as_str()),
+                        "{id}"
+                    );
+                }
+            }
+            k => panic!("unknown kind {k}"),
+        }
+    }
+    assert_eq!(containers, exp["counts"]["containers"].as_u64().unwrap());
+    assert_eq!(sandboxes, exp["counts"]["sandboxes"].as_u64().unwrap());
+    assert!(digest_refs <= 1);
+    let version_warning = report
+        .warnings
+        .iter()
+        .find(|w| w.contains("version file"))
+        .expect("a version-file warning");
+    assert!(
+        version_warning.contains("1.30.14+unknown") && version_warning.contains("1.30"),
+        "{version_warning}"
+    );
+    assert!(
+        version_warning.contains("removes every pod"),
+        "{version_warning}"
+    );
+}
+
+#[test]
+fn patch_131_reproduces_step4_vc_bytes_and_rolls_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let original = snapshot(&node);
+    let store = open(&node);
+    let rewrites = rewrites_for("1.31");
+    assert_eq!(
+        rewrites.len(),
+        26,
+        "26 non-orphan containers have a 1.31 target"
+    );
+    let (bdir, mut b) = new_backup(tmp.path(), "backup", &store);
+    let out = store.apply(&rewrites, &mut b).unwrap();
+    assert_eq!(out.changed.len(), 26);
+    assert!(out.already.is_empty());
+    assert_eq!(
+        out.files_written, 52,
+        "graphroot + runroot config.json of 26 containers"
+    );
+
+    // step4/rewritten holds the exact VC bytes CRI-O accepted; compare where they overlap
+    // (config.json; state.json is not ours to write, CRI-O regenerates it).
+    let vc = fixture().join("step4/rewritten");
+    let mut compared = 0;
+    let mut vc_state = 0;
+    for e in walkdir::WalkDir::new(&vc) {
+        let e = e.unwrap();
+        if !e.file_type().is_file() {
+            continue;
+        }
+        let rel = e.path().strip_prefix(&vc).unwrap();
+        if rel.file_name().unwrap() == "config.json" {
+            let ours = fs::read(node.join(rel)).unwrap();
+            assert!(
+                ours == fs::read(e.path()).unwrap(),
+                "{} differs from step4 VC",
+                rel.display()
+            );
+            compared += 1;
+        } else {
+            vc_state += 1;
+        }
+    }
+    assert_eq!(compared, 52, "every VC config.json compared");
+    assert_eq!(vc_state, 26, "VC state.json files exist but are not ours");
+
+    // Nothing else changed: state.json, sandboxes, the orphan, version file, clean.shutdown.
+    let after = snapshot(&node);
+    let changed: Vec<_> = original
+        .iter()
+        .filter(|(k, v)| after.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(changed.len(), 52, "only the 52 config.json files changed");
+    assert!(changed.iter().all(|p| p.ends_with("userdata/config.json")));
+    assert_eq!(
+        original.len(),
+        after.len(),
+        "no file added or removed (no temp left)"
+    );
+
+    // The scan now reports the targets.
+    let recs = store.scan().unwrap().records;
+    let recs = by_id(&recs);
+    for rw in &rewrites {
+        assert_eq!(recs[rw.id.as_str()].hash.as_deref(), Some(rw.hash.as_str()));
+        assert_eq!(recs[rw.id.as_str()].problem, None);
+    }
+
+    // The manifest names all 52 files and is complete.
+    let m = backup::read_manifest(&bdir).unwrap();
+    assert_eq!(m.state, "applied");
+    assert_eq!(m.entries.len(), 52);
+
+    // Rollback restores every byte, and a second rollback is a no-op.
+    backup::rollback(&bdir, false).unwrap();
+    assert_unchanged(&original, &node, "rollback");
+    let again = backup::rollback(&bdir, false).unwrap();
+    assert!(again
+        .files
+        .iter()
+        .all(|(_, a)| *a == backup::RollbackAction::AlreadyOriginal));
+    assert_unchanged(&original, &node, "second rollback");
+}
+
+#[test]
+fn rerun_is_idempotent_and_other_targets_apply() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let store = open(&node);
+    for (i, target) in ["1.31", "1.33", "1.36"].iter().enumerate() {
+        let rw = rewrites_for(target);
+        let (_, mut b) = new_backup(tmp.path(), &format!("b{i}"), &store);
+        store.apply(&rw, &mut b).unwrap();
+        let recs = store.scan().unwrap().records;
+        let recs = by_id(&recs);
+        for r in &rw {
+            assert_eq!(
+                recs[r.id.as_str()].hash.as_deref(),
+                Some(r.hash.as_str()),
+                "{target}"
+            );
+        }
+        let snap = snapshot(&node);
+        let (bdir, mut b) = new_backup(tmp.path(), &format!("again{i}"), &store);
+        let out = store.apply(&rw, &mut b).unwrap();
+        assert!(out.changed.is_empty(), "{target}: rerun changes nothing");
+        assert_eq!(out.already.len(), rw.len());
+        assert_eq!(out.files_written, 0);
+        assert_unchanged(&snap, &node, "rerun");
+        assert!(backup::read_manifest(&bdir).unwrap().entries.is_empty());
+    }
+}
+
+#[test]
+fn hash_without_resources_is_matched_by_key_not_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let store = open(&node);
+    let recs = store.scan().unwrap().records;
+    // Containers whose two values are equal, and one without hashWithoutResources.
+    let same: Vec<&StoreRecord> = recs
+        .iter()
+        .filter(|r| r.hash.is_some() && r.hash == r.hash_without_resources)
+        .collect();
+    assert!(same.len() >= 2, "fixture has containers with equal values");
+    let without = recs
+        .iter()
+        .find(|r| r.kind == RecordKind::Container && r.hash_without_resources.is_none())
+        .unwrap();
+    let mut rw: Vec<Rewrite> = same
+        .iter()
+        .map(|r| Rewrite {
+            id: r.id.clone(),
+            hash: "1111aaaa".into(),
+            hash_without_resources: Some("2222bbbb".into()),
+        })
+        .collect();
+    rw.push(Rewrite {
+        id: without.id.clone(),
+        hash: "3333cccc".into(),
+        hash_without_resources: Some("4444dddd".into()),
+    });
+    let (_, mut b) = new_backup(tmp.path(), "b", &store);
+    store.apply(&rw, &mut b).unwrap();
+    let after = store.scan().unwrap().records;
+    let after = by_id(&after);
+    for r in &same {
+        let a = after[r.id.as_str()];
+        assert_eq!(a.hash.as_deref(), Some("1111aaaa"));
+        assert_eq!(a.hash_without_resources.as_deref(), Some("2222bbbb"));
+        assert_eq!(a.problem, None, "plain keys agree with the embedded string");
+        let text = fs::read_to_string(&a.location).unwrap();
+        assert_eq!(
+            text.matches("\"io.kubernetes.container.hash\": \"1111aaaa\"")
+                .count(),
+            1
+        );
+        assert_eq!(
+            text.matches("\"io.kubernetes.container.hashWithoutResources\": \"2222bbbb\"")
+                .count(),
+            1
+        );
+    }
+    let a = after[without.id.as_str()];
+    assert_eq!(a.hash.as_deref(), Some("3333cccc"));
+    assert_eq!(a.hash_without_resources, None, "never added where absent");
+    assert!(!fs::read_to_string(&a.location)
+        .unwrap()
+        .contains("4444dddd"));
+}
+
+#[test]
+fn top_level_disagreement_is_flagged_and_healed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let store = open(&node);
+    let id = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
+    let p = node
+        .join(GRAPH)
+        .join("overlay-containers")
+        .join(id)
+        .join("userdata/config.json");
+    let text = fs::read_to_string(&p).unwrap();
+    let edited = text.replacen(
+        "\"io.kubernetes.container.hash\": \"e7299d5\"",
+        "\"io.kubernetes.container.hash\": \"0bad\"",
+        1,
+    );
+    assert_ne!(text, edited);
+    fs::write(&p, &edited).unwrap();
+    let recs = store.scan().unwrap().records;
+    let r = by_id(&recs)[id];
+    assert_eq!(r.kind, RecordKind::Container);
+    assert_eq!(
+        r.hash.as_deref(),
+        Some("e7299d5"),
+        "the embedded value is what CRI-O reports"
+    );
+    let problem = r.problem.as_deref().unwrap();
+    assert!(
+        problem.contains("0bad") && problem.contains("e7299d5"),
+        "{problem}"
+    );
+    let (_, mut b) = new_backup(tmp.path(), "b", &store);
+    let rw = Rewrite {
+        id: id.into(),
+        hash: "e68fd970".into(),
+        hash_without_resources: None,
+    };
+    store.apply(&[rw], &mut b).unwrap();
+    let recs = store.scan().unwrap().records;
+    let r = by_id(&recs)[id];
+    assert_eq!(r.hash.as_deref(), Some("e68fd970"));
+    assert_eq!(r.problem, None);
+}
+
+/// One broken graphroot config.json: the scan reports it, a patch naming it is refused
+/// before any byte changes (the good container in the same patch is not written either).
+fn refused_without_change(
+    mutate: impl FnOnce(&Path, &Path),
+    expect_kind: RecordKind,
+    expect_problem: &str,
+) {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let id = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
+    let good = "ad92b485fb51f23cb1fdd06e43971ec1d3eaa62cc705b382b1ad8af56b9c2985";
+    let cfg = node
+        .join(GRAPH)
+        .join("overlay-containers")
+        .join(id)
+        .join("userdata/config.json");
+    mutate(&cfg, tmp.path());
+    let before = snapshot(tmp.path());
+    let store = open(&node);
+    let recs = store.scan().unwrap().records;
+    let r = by_id(&recs)[id];
+    assert_eq!(r.kind, expect_kind, "{:?}", r.problem);
+    let problem = r.problem.as_deref().unwrap_or_default();
+    assert!(problem.contains(expect_problem), "problem: {problem}");
+    assert_eq!(recs.len(), 41, "one bad record does not hide the others");
+    let rw = vec![
+        Rewrite {
+            id: good.into(),
+            hash: "19fd1bfc".into(),
+            hash_without_resources: None,
+        },
+        Rewrite {
+            id: id.into(),
+            hash: "e68fd970".into(),
+            hash_without_resources: None,
+        },
+    ];
+    let bdir = tmp.path().join("backup");
+    let mut b = Backup::create(&bdir, "crio", store.graphroot()).unwrap();
+    let err = store.apply(&rw, &mut b).unwrap_err().to_string();
+    assert!(err.contains(id), "the error names the container: {err}");
+    assert!(err.contains(expect_problem), "{err}");
+    // Only the (empty, 0700) backup dir may differ.
+    let mut after_expected = before;
+    after_expected.insert(
+        PathBuf::from("backup"),
+        (fs::symlink_metadata(&bdir).unwrap().mode(), Vec::new()),
+    );
+    assert_unchanged(&after_expected, tmp.path(), "refused patch");
+}
+
+#[test]
+fn bad_not_json() {
+    refused_without_change(
+        |p, _| fs::write(p, b"this is not json").unwrap(),
+        RecordKind::Undecodable,
+        "not valid JSON",
+    );
+}
+
+#[test]
+fn bad_truncated() {
+    refused_without_change(
+        |p, _| {
+            let b = fs::read(p).unwrap();
+            fs::write(p, &b[..b.len() / 2]).unwrap();
+        },
+        RecordKind::Undecodable,
+        "not valid JSON",
+    );
+}
+
+#[test]
+fn bad_embedded_string_not_json_is_never_written() {
+    // Exactly the edit that made the real CRI-O delete the container: an unquoted hash
+    // inside the io.kubernetes.cri-o.Annotations string (step4/broken-annotations-test.json).
+    refused_without_change(
+        |p, _| {
+            let t = fs::read_to_string(p).unwrap();
+            let n = t.replacen(
+                "\\\"io.kubernetes.container.hash\\\":\\\"e7299d5\\\"",
+                "\\\"io.kubernetes.container.hash\\\":e7299d5",
+                1,
+            );
+            assert_ne!(t, n);
+            fs::write(p, n).unwrap();
+        },
+        RecordKind::Undecodable,
+        "not a JSON object of strings",
+    );
+}
+
+#[test]
+fn bad_embedded_string_not_an_object() {
+    refused_without_change(
+        |p, _| {
+            let mut v: Value = serde_json::from_slice(&fs::read(p).unwrap()).unwrap();
+            v["annotations"]["io.kubernetes.cri-o.Annotations"] = Value::from("[\"a\",\"b\"]");
+            fs::write(p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+        },
+        RecordKind::Undecodable,
+        "not a JSON object of strings",
+    );
+}
+
+#[test]
+fn bad_embedded_value_not_a_string() {
+    refused_without_change(
+        |p, _| {
+            let t = fs::read_to_string(p).unwrap();
+            let n = t.replacen(
+                "\\\"io.kubernetes.container.restartCount\\\":\\\"0\\\"",
+                "\\\"io.kubernetes.container.restartCount\\\":0",
+                1,
+            );
+            assert_ne!(t, n);
+            fs::write(p, n).unwrap();
+        },
+        RecordKind::Undecodable,
+        "not a JSON object of strings",
+    );
+}
+
+#[test]
+fn bad_labels_missing() {
+    refused_without_change(
+        |p, _| {
+            let mut v: Value = serde_json::from_slice(&fs::read(p).unwrap()).unwrap();
+            let labels = v["annotations"]["io.kubernetes.cri-o.Labels"]
+                .as_str()
+                .unwrap();
+            let mut l: BTreeMap<String, String> = serde_json::from_str(labels).unwrap();
+            l.remove("io.kubernetes.pod.uid");
+            v["annotations"]["io.kubernetes.cri-o.Labels"] =
+                Value::from(serde_json::to_string(&l).unwrap());
+            fs::write(p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+        },
+        RecordKind::Undecodable,
+        "io.kubernetes.pod.uid",
+    );
+}
+
+#[test]
+fn bad_symlinked_userdata_escape() {
+    refused_without_change(
+        |p, tmp| {
+            // userdata/ replaced by a link to a directory outside the store.
+            let userdata = p.parent().unwrap();
+            let outside = tmp.join("outside");
+            fs::rename(userdata, &outside).unwrap();
+            std::os::unix::fs::symlink(&outside, userdata).unwrap();
+        },
+        RecordKind::Undecodable,
+        "symbolic link",
+    );
+}
+
+#[test]
+fn bad_symlinked_config_escape() {
+    refused_without_change(
+        |p, tmp| {
+            let outside = tmp.join("outside-config.json");
+            fs::rename(p, &outside).unwrap();
+            std::os::unix::fs::symlink(&outside, p).unwrap();
+        },
+        RecordKind::Undecodable,
+        "symbolic link",
+    );
+}
+
+#[test]
+fn missing_root_and_runroot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = CrioStore::open(&tmp.path().join("nope")).unwrap_err();
+    assert!(matches!(e, StoreError::RootMissing(_)), "{e}");
+    assert!(e.to_string().contains("nope"));
+    let node = copy_node(tmp.path());
+    let e = CrioStore::with_options(
+        &node.join(GRAPH),
+        CrioOptions {
+            runroot: Some(tmp.path().join("no-runroot")),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no-runroot"), "{e}");
+}
+
+#[test]
+fn non_standard_graphroot_warns_and_writes_only_the_graphroot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let graph = tmp.path().join("storage");
+    fs::rename(node.join(GRAPH), &graph).unwrap();
+    let store = CrioStore::open(&graph).unwrap();
+    assert_eq!(store.runroot(), None);
+    let report = store.scan().unwrap();
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("runroot was not discovered")),
+        "{:?}",
+        report.warnings
+    );
+    let before_run = snapshot(&node.join("run"));
+    let (_, mut b) = new_backup(tmp.path(), "b", &store);
+    let out = store.apply(&rewrites_for("1.31"), &mut b).unwrap();
+    assert_eq!(out.files_written, 26);
+    assert_unchanged(&before_run, &node.join("run"), "runroot untouched");
+    // Given explicitly, the runroot copies are written too (and only they change now).
+    let store = CrioStore::with_options(
+        &graph,
+        CrioOptions {
+            runroot: Some(node.join(RUN)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (_, mut b) = new_backup(tmp.path(), "b2", &store);
+    let out = store.apply(&rewrites_for("1.31"), &mut b).unwrap();
+    assert_eq!(out.files_written, 26);
+    assert_eq!(out.changed.len(), 26);
+}
+
+#[test]
+fn corrupt_runroot_copy_blocks_the_patch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let id = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
+    let run_cfg = node
+        .join(RUN)
+        .join("overlay-containers")
+        .join(id)
+        .join("userdata/config.json");
+    let b = fs::read(&run_cfg).unwrap();
+    fs::write(&run_cfg, &b[..100]).unwrap();
+    let before = snapshot(&node);
+    let store = open(&node);
+    let (_, mut bk) = new_backup(tmp.path(), "b", &store);
+    let err = store
+        .apply(&rewrites_for("1.31"), &mut bk)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&run_cfg.display().to_string()), "{err}");
+    assert_unchanged(&before, &node, "corrupt runroot copy");
+}
+
+#[test]
+fn unknown_sandbox_and_bad_values_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let before = snapshot(&node);
+    let store = open(&node);
+    let good = rewrites_for("1.31");
+    let sandbox = "0d991a6a11d476fd1de4965502b3b335dd0f0ddc4cd2a235e84c018c6bfa12e9";
+    let cases: Vec<(Rewrite, &str)> = vec![
+        (
+            Rewrite {
+                id: "f".repeat(64),
+                hash: "aa".into(),
+                hash_without_resources: None,
+            },
+            "no record with id",
+        ),
+        (
+            Rewrite {
+                id: "../../../../etc".into(),
+                hash: "aa".into(),
+                hash_without_resources: None,
+            },
+            "no record with id",
+        ),
+        (
+            Rewrite {
+                id: sandbox.into(),
+                hash: "aa".into(),
+                hash_without_resources: None,
+            },
+            "not a kubelet container",
+        ),
+        (
+            Rewrite {
+                id: good[0].id.clone(),
+                hash: "ab\"cd".into(),
+                hash_without_resources: None,
+            },
+            "not a kubelet hash",
+        ),
+        (good[0].clone(), "given twice"),
+    ];
+    for (i, (bad, msg)) in cases.into_iter().enumerate() {
+        let mut rw = good.clone();
+        match rw.iter().position(|r| r.id == bad.id && r.hash != bad.hash) {
+            Some(i) => rw[i] = bad,
+            None => rw.push(bad),
+        }
+        let (_, mut b) = new_backup(tmp.path(), &format!("b{i}"), &store);
+        let err = store.apply(&rw, &mut b).unwrap_err().to_string();
+        assert!(err.contains(msg), "case {i}: {err}");
+        assert_unchanged(&before, &node, msg);
+    }
+}
+
+#[test]
+fn used_backup_dir_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let store = open(&node);
+    let (bdir, mut b) = new_backup(tmp.path(), "b", &store);
+    store.apply(&rewrites_for("1.31"), &mut b).unwrap();
+    let snap = snapshot(&node);
+    let backup_snap = snapshot(&bdir);
+    let e = Backup::create(&bdir, "crio", store.graphroot()).unwrap_err();
+    assert!(e.to_string().contains("already holds a backup"), "{e}");
+    assert_unchanged(&snap, &node, "store");
+    assert_unchanged(&backup_snap, &bdir, "old backup");
+}
+
+#[test]
+fn running_crio_is_detected_by_socket_and_pidfile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let before = snapshot(&node);
+    let sock = tmp.path().join("crio.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let store = CrioStore::with_options(
+        &node.join(GRAPH),
+        CrioOptions {
+            socket: Some(sock.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (_, mut b) = new_backup(tmp.path(), "b", &store);
+    let e = store.apply(&rewrites_for("1.31"), &mut b).unwrap_err();
+    assert!(matches!(e, StoreError::RuntimeRunning { .. }), "{e}");
+    assert!(e.to_string().contains("crio.sock"), "{e}");
+    assert_unchanged(&before, &node, "running (socket)");
+    // A stale socket file (CRI-O gone) does not count as running.
+    drop(listener);
+    assert!(sock.exists());
+    store.ensure_stopped().unwrap();
+
+    // A pid file naming a live process called crio.
+    let fake = tmp.path().join("crio");
+    fs::copy("/bin/sleep", &fake).unwrap();
+    let mut child = std::process::Command::new(&fake).arg("30").spawn().unwrap();
+    let pidfile = tmp.path().join("crio.pid");
+    fs::write(&pidfile, format!("{}\n", child.id())).unwrap();
+    let store = CrioStore::with_options(
+        &node.join(GRAPH),
+        CrioOptions {
+            socket: Some(sock.clone()),
+            pidfile: Some(pidfile.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let r = store.ensure_stopped();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let e = r.unwrap_err();
+    assert!(matches!(e, StoreError::RuntimeRunning { .. }), "{e}");
+    // Same pid file, process gone: stopped.
+    store.ensure_stopped().unwrap();
+    // A pid file naming another program is not CRI-O.
+    fs::write(&pidfile, format!("{}\n", std::process::id())).unwrap();
+    store.ensure_stopped().unwrap();
+    fs::write(&pidfile, "garbage").unwrap();
+    let e = store.ensure_stopped().unwrap_err();
+    assert!(e.to_string().contains("not a pid"), "{e}");
+}
+
+/// A tmpfs of `size` mounted at a fresh directory, unmounted on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("running mount(8)");
+        assert!(
+            st.success(),
+            "mounting a tmpfs failed: this test needs root (CI runs as root)"
+        );
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills the file system up to the last byte.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = fs::File::create(self.path().join("filler")).unwrap();
+        let chunk = vec![0u8; 4096];
+        loop {
+            if let Err(e) = f.write_all(&chunk) {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                break;
+            }
+        }
+        let one = [0u8; 1];
+        while f.write_all(&one).is_ok() {}
+        let _ = f.sync_all();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn disk_full_changes_nothing() {
+    // Store on a full tmpfs, backup elsewhere: staging the new files fails, nothing renamed.
+    let fs_ = Tmpfs::mount("8m");
+    let node = copy_node(fs_.path());
+    fs_.fill();
+    let before = snapshot(&node);
+    let store = open(&node);
+    let other = tempfile::tempdir().unwrap();
+    let (_, mut b) = new_backup(other.path(), "b", &store);
+    let e = store.apply(&rewrites_for("1.31"), &mut b).unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
+        "{e}"
+    );
+    assert_unchanged(&before, &node, "disk full (store)");
+
+    // Backup on the full tmpfs: taking the backup fails, the store is not touched.
+    let store_tmp = tempfile::tempdir().unwrap();
+    let node2 = copy_node(store_tmp.path());
+    let before2 = snapshot(&node2);
+    let store2 = open(&node2);
+    fs::remove_file(fs_.path().join("filler")).unwrap();
+    let bdir = fs_.path().join("backup");
+    let mut b = Backup::create(&bdir, "crio", store2.graphroot()).unwrap();
+    fs_.fill();
+    let e = store2.apply(&rewrites_for("1.31"), &mut b).unwrap_err();
+    assert!(e.to_string().contains("No space left"), "{e}");
+    assert_unchanged(&before2, &node2, "disk full (backup)");
+}
