@@ -903,3 +903,130 @@ fn disk_full_changes_nothing() {
     assert!(e.to_string().contains("No space left"), "{e}");
     assert_unchanged(&before2, &node2, "disk full (backup)");
 }
+
+/// Crash sweep: kill a patching process (SIGKILL, `KUBELET_REHASH_CRASH_AT`) at every durable
+/// step. After each crash every store file holds either its original or its new bytes, the
+/// rollback of whatever backup exists gives back the original bytes, and a fresh patch then
+/// produces the step4 VC bytes. The same test function is the child when `CRIO_CRASH_CHILD`
+/// names a node to patch.
+#[test]
+fn crash_sweep_leaves_old_or_new_bytes_and_rolls_back() {
+    const SELF: &str = "crash_sweep_leaves_old_or_new_bytes_and_rolls_back";
+    let rewrites: Vec<Rewrite> = rewrites_for("1.31").into_iter().take(2).collect();
+    if let Some(node) = std::env::var_os("CRIO_CRASH_CHILD") {
+        let node = PathBuf::from(node);
+        let store = open(&node);
+        let mut b = Backup::create(&node.join("backup"), "crio", store.graphroot()).unwrap();
+        store.apply(&rewrites, &mut b).unwrap();
+        return;
+    }
+    let run_child = |node: &Path, crash_at: Option<u64>| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", SELF, "--test-threads=1", "--nocapture"])
+            .env("CRIO_CRASH_CHILD", node)
+            .env("KUBELET_REHASH_CRASH_LOG", "1")
+            .env_remove("KUBELET_REHASH_CRASH_AT");
+        if let Some(n) = crash_at {
+            cmd.env("KUBELET_REHASH_CRASH_AT", n.to_string());
+        }
+        cmd.output().unwrap()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let pristine = copy_node(tmp.path());
+    let original = snapshot(&pristine);
+    let vc = fixture().join("step4/rewritten");
+    let ids: Vec<&str> = rewrites.iter().map(|r| r.id.as_str()).collect();
+    // The files the patch writes, with their VC bytes.
+    let mut targets: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
+    for base in [GRAPH, RUN] {
+        for id in &ids {
+            let rel = Path::new(base)
+                .join("overlay-containers")
+                .join(id)
+                .join("userdata/config.json");
+            targets.insert(rel.clone(), fs::read(vc.join(&rel)).unwrap());
+        }
+    }
+
+    // Count the durable steps of an uninterrupted run.
+    let dry = tmp.path().join("dry");
+    copy_tree(&pristine, &dry);
+    let out = run_child(&dry, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let points = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("kubelet-rehash fault point"))
+        .count() as u64;
+    assert!(points >= 20, "expected many fault points, saw {points}");
+    eprintln!("crio crash sweep: {points} fault points");
+
+    use std::os::unix::process::ExitStatusExt;
+    for n in 1..=points {
+        let node = tmp.path().join(format!("crash{n}"));
+        copy_tree(&pristine, &node);
+        let out = run_child(&node, Some(n));
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGKILL),
+            "point {n} did not crash"
+        );
+        // Every file: original or new, never anything else; only our temp files are extra.
+        let now = snapshot(&node);
+        for (rel, (_, bytes)) in &now {
+            if rel.starts_with("backup") {
+                continue;
+            }
+            let Some(name) = rel.file_name().map(|n| n.to_string_lossy()) else {
+                continue;
+            };
+            if name.contains(".rehash-tmp-") {
+                fs::remove_file(node.join(rel)).unwrap();
+                continue;
+            }
+            let orig = &original
+                .get(rel)
+                .unwrap_or_else(|| panic!("point {n}: new file {rel:?}"))
+                .1;
+            let ok = bytes == orig || targets.get(rel) == Some(bytes);
+            assert!(
+                ok,
+                "point {n}: {} holds neither old nor new bytes",
+                rel.display()
+            );
+        }
+        for rel in original.keys() {
+            assert!(
+                now.contains_key(rel),
+                "point {n}: {} vanished",
+                rel.display()
+            );
+        }
+        let bdir = node.join("backup");
+        if bdir.join(backup::MANIFEST_NAME).exists() {
+            backup::rollback(&bdir, false).unwrap();
+        }
+        let restored: BTreeMap<_, _> = snapshot(&node)
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("backup"))
+            .collect();
+        assert!(
+            restored == original,
+            "point {n}: rollback did not restore every byte"
+        );
+        // And the patch still completes afterwards.
+        let store = open(&node);
+        let mut b = Backup::create(&node.join("backup2"), "crio", store.graphroot()).unwrap();
+        store.apply(&rewrites, &mut b).unwrap();
+        for (rel, bytes) in &targets {
+            assert!(
+                fs::read(node.join(rel)).unwrap() == *bytes,
+                "point {n}: {rel:?}"
+            );
+        }
+        fs::remove_dir_all(&node).unwrap();
+    }
+}
