@@ -15,6 +15,7 @@
 
 pub mod atomic;
 pub mod backup;
+pub mod containerd;
 pub mod crio;
 pub mod docker;
 pub mod error;

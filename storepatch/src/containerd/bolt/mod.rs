@@ -1,0 +1,799 @@
+//! A small engine for the bolt file format (go.etcd.io/bbolt, format version 2), enough to
+//! read containerd's `meta.db` and to replace existing values in one crash-safe transaction.
+//!
+//! # Why our own engine and not bbolt-rs
+//!
+//! bbolt-rs 1.3.10 (the only maintained Rust crate that reads Go bolt files, and only with its
+//! `compat` feature) cannot open files whose freelist is not synced (meta `freelist =
+//! 0xFFFF…`): read-only open returns an error and read-write open crashes the process. That is
+//! the state every containerd ≥ 1.7 and 2.x leaves `meta.db` in (they open bolt with
+//! `NoFreelistSync`). Its file lock also blocks forever. Converting the file first (rebuild a
+//! freelist, or compact into a fresh copy) would rewrite the whole file for a change of a few
+//! bytes per container. The operation this tool needs is narrow: *replace the values of
+//! existing keys* in nested buckets. So we implement exactly the parts of bbolt it needs, with
+//! bbolt's own on-disk rules:
+//!
+//! * **Read** ([`Db`], [`View`]): both meta pages (magic, version, FNV-1a checksum), the valid
+//!   one with the highest txid, bounds-checked branch/leaf pages, inline and non-inline nested
+//!   buckets. Native endianness, like Go.
+//! * **Check** ([`check::check`]): the rules of Go's `tx.Check()` (every page reachable once,
+//!   no reachable page freed, every page below the high-water mark reachable or free, only
+//!   branch/leaf pages in trees, key order inside pages and against the parent branch keys),
+//!   plus what Go's check assumes silently (page header ids, element bounds, cycles, depth).
+//! * **Write** ([`write`]): copy-on-write like `tx.Commit`: every page on the path from the
+//!   root to a changed value is written to a *new* page (first-fit from pages that are free in
+//!   the current tree, else appended after the high-water mark); the pages this transaction
+//!   frees are never reused by it. The data pages are written and `fdatasync`ed, then the new
+//!   meta (txid+1, written over the *older* meta page, checksum) is written and `fdatasync`ed.
+//!   Until that last write is durable the previous meta is the newest valid one and its tree is
+//!   intact, so a crash at any instant leaves the old database or the new one. Bytes written
+//!   grow with the number of changed values (≈ one leaf and its ancestors per value), not
+//!   with the file size.
+//! * **Freelist**: the layout found is kept. A synced freelist (containerd ≤ 1.6) gets a new,
+//!   correct freelist page (free pages of the old tree that were not reused, plus the pages
+//!   this transaction replaced, plus the old freelist page); an unsynced one (1.7, 2.x) keeps
+//!   `freelist = 0xFFFF…`, and containerd rebuilds it by walking the tree, as it always does.
+//!
+//! Limits, by design: keys are never added or removed, so branch separator keys never change;
+//! a node that grows past one page keeps its keys and gets overflow pages instead of being
+//! split (valid bolt; bbolt splits it the next time it writes that node). An inline bucket that
+//! grows past bbolt's inline limit (pageSize/4) is moved to its own page, as bbolt would.
+
+pub mod check;
+pub mod write;
+
+use std::fmt;
+use std::fs::File;
+use std::path::Path;
+
+pub const MAGIC: u32 = 0xED0C_DAED;
+pub const VERSION: u32 = 2;
+pub const PAGE_HEADER: usize = 16;
+pub const ELEM_SIZE: usize = 16;
+pub const BUCKET_HEADER: usize = 16;
+pub const META_SIZE: usize = 64;
+pub const FLAG_BRANCH: u16 = 0x01;
+pub const FLAG_LEAF: u16 = 0x02;
+pub const FLAG_META: u16 = 0x04;
+pub const FLAG_FREELIST: u16 = 0x10;
+/// Leaf element flag: the value is a nested bucket.
+pub const BUCKET_LEAF_FLAG: u32 = 0x01;
+/// `meta.freelist` of a file written with `NoFreelistSync`.
+pub const NO_FREELIST: u64 = u64::MAX;
+/// Deepest tree / bucket nesting we follow (bbolt trees of real files are < 10 deep).
+pub const MAX_DEPTH: usize = 64;
+
+/// A structural problem of a bolt file, located.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoltError {
+    pub at: String,
+    pub reason: String,
+}
+
+impl BoltError {
+    pub fn new(at: impl Into<String>, reason: impl Into<String>) -> Self {
+        BoltError {
+            at: at.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for BoltError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.at, self.reason)
+    }
+}
+
+impl std::error::Error for BoltError {}
+
+pub(crate) fn rd_u16(b: &[u8], off: usize) -> u16 {
+    u16::from_ne_bytes(b[off..off + 2].try_into().unwrap())
+}
+pub(crate) fn rd_u32(b: &[u8], off: usize) -> u32 {
+    u32::from_ne_bytes(b[off..off + 4].try_into().unwrap())
+}
+pub(crate) fn rd_u64(b: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(b[off..off + 8].try_into().unwrap())
+}
+pub(crate) fn wr_u16(b: &mut [u8], off: usize, v: u16) {
+    b[off..off + 2].copy_from_slice(&v.to_ne_bytes());
+}
+pub(crate) fn wr_u32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+}
+pub(crate) fn wr_u64(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+}
+
+/// FNV-1a 64, bbolt's meta checksum (`meta.sum64`).
+pub fn fnv1a64(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// One meta page's content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// Which meta page (0 or 1) it was read from / is written to.
+    pub page: u64,
+    pub magic: u32,
+    pub version: u32,
+    pub page_size: u32,
+    pub flags: u32,
+    pub root: u64,
+    pub sequence: u64,
+    pub freelist: u64,
+    /// High-water mark: number of pages in use.
+    pub hwm: u64,
+    pub txid: u64,
+    pub checksum: u64,
+}
+
+impl Meta {
+    /// Parses the meta struct of a page whose bytes start at `buf[0]` (needs 80 bytes).
+    pub fn parse(buf: &[u8], page: u64) -> Meta {
+        let m = PAGE_HEADER;
+        Meta {
+            page,
+            magic: rd_u32(buf, m),
+            version: rd_u32(buf, m + 4),
+            page_size: rd_u32(buf, m + 8),
+            flags: rd_u32(buf, m + 12),
+            root: rd_u64(buf, m + 16),
+            sequence: rd_u64(buf, m + 24),
+            freelist: rd_u64(buf, m + 32),
+            hwm: rd_u64(buf, m + 40),
+            txid: rd_u64(buf, m + 48),
+            checksum: rd_u64(buf, m + 56),
+        }
+    }
+
+    /// bbolt's `meta.validate`: magic, version, checksum (0 is accepted, as in Go).
+    pub fn validate(&self, buf: &[u8]) -> Result<(), String> {
+        if self.magic != MAGIC {
+            return Err(format!(
+                "bad magic {:#010x} (a bolt file has {MAGIC:#010x})",
+                self.magic
+            ));
+        }
+        if self.version != VERSION {
+            return Err(format!(
+                "bolt format version {} is not supported (expected {VERSION})",
+                self.version
+            ));
+        }
+        let sum = fnv1a64(&buf[PAGE_HEADER..PAGE_HEADER + 56]);
+        if self.checksum != 0 && self.checksum != sum {
+            return Err(format!(
+                "checksum mismatch (stored {:#018x}, computed {sum:#018x})",
+                self.checksum
+            ));
+        }
+        Ok(())
+    }
+
+    /// The full meta page (`page_size` bytes, header id = `self.page`), checksum computed.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut p = vec![0u8; self.page_size as usize];
+        wr_u64(&mut p, 0, self.page);
+        wr_u16(&mut p, 8, FLAG_META);
+        let m = PAGE_HEADER;
+        wr_u32(&mut p, m, self.magic);
+        wr_u32(&mut p, m + 4, self.version);
+        wr_u32(&mut p, m + 8, self.page_size);
+        wr_u32(&mut p, m + 12, self.flags);
+        wr_u64(&mut p, m + 16, self.root);
+        wr_u64(&mut p, m + 24, self.sequence);
+        wr_u64(&mut p, m + 32, self.freelist);
+        wr_u64(&mut p, m + 40, self.hwm);
+        wr_u64(&mut p, m + 48, self.txid);
+        let sum = fnv1a64(&p[m..m + 56]);
+        wr_u64(&mut p, m + 56, sum);
+        p
+    }
+
+    pub fn freelist_synced(&self) -> bool {
+        self.freelist != NO_FREELIST
+    }
+}
+
+/// Reads both meta pages of `data` (a whole bolt file) and returns the one bbolt would use:
+/// the valid one with the higher txid. Also checks what the chosen meta promises about the
+/// file (page size, high-water mark inside the file, root and freelist below it).
+pub fn read_meta(data: &[u8]) -> Result<Meta, BoltError> {
+    let at = "meta pages";
+    if data.len() < PAGE_HEADER + META_SIZE {
+        return Err(BoltError::new(
+            at,
+            format!(
+                "not a bolt file: only {} bytes (even one meta page needs {})",
+                data.len(),
+                PAGE_HEADER + META_SIZE
+            ),
+        ));
+    }
+    let m0 = Meta::parse(data, 0);
+    let r0 = m0.validate(data);
+    // bbolt takes the page size from meta 0 when it validates; otherwise we look for meta 1
+    // at every page size bbolt can have been created with.
+    let mut candidates: Vec<usize> = Vec::new();
+    if r0.is_ok() {
+        candidates.push(m0.page_size as usize);
+    } else {
+        candidates.extend([4096usize, 8192, 16384, 32768, 65536, 1024, 2048]);
+    }
+    let mut m1: Option<(Meta, Result<(), String>)> = None;
+    for ps in candidates {
+        if data.len() >= ps + PAGE_HEADER + META_SIZE {
+            let m = Meta::parse(&data[ps..], 1);
+            let r = m.validate(&data[ps..]);
+            let ok = r.is_ok();
+            if ok || m1.is_none() {
+                m1 = Some((m, r));
+            }
+            if ok {
+                break;
+            }
+        }
+    }
+    let chosen = match (&r0, &m1) {
+        (Ok(()), Some((m1v, Ok(())))) => {
+            if m1v.page_size != m0.page_size {
+                return Err(BoltError::new(
+                    at,
+                    format!(
+                        "the two meta pages disagree on the page size ({} vs {})",
+                        m0.page_size, m1v.page_size
+                    ),
+                ));
+            }
+            if m1v.txid > m0.txid {
+                *m1v
+            } else {
+                m0
+            }
+        }
+        (Ok(()), _) => m0,
+        (Err(_), Some((m1v, Ok(())))) => *m1v,
+        (Err(e0), other) => {
+            let e1 = match other {
+                Some((_, Err(e))) => e.clone(),
+                _ => "missing (file too short)".to_string(),
+            };
+            let not_bolt =
+                m0.magic != MAGIC && other.as_ref().map_or(true, |(m, _)| m.magic != MAGIC);
+            let reason = if not_bolt {
+                format!("not a bolt file (no bolt magic on either meta page; meta 0: {e0})")
+            } else {
+                format!("both meta pages are invalid (meta 0: {e0}; meta 1: {e1})")
+            };
+            return Err(BoltError::new(at, reason));
+        }
+    };
+    let ps = chosen.page_size as usize;
+    if !(512..=1 << 20).contains(&ps) || !ps.is_power_of_two() {
+        return Err(BoltError::new(
+            format!("meta page {}", chosen.page),
+            format!("implausible page size {ps}"),
+        ));
+    }
+    if data.len() < 2 * ps {
+        return Err(BoltError::new(
+            at,
+            format!(
+                "file truncated: {} bytes, less than two {ps}-byte meta pages",
+                data.len()
+            ),
+        ));
+    }
+    let at_m = format!("meta page {} (txid {})", chosen.page, chosen.txid);
+    let pages_in_file = (data.len() / ps) as u64;
+    if chosen.hwm < 3 || chosen.hwm > pages_in_file {
+        return Err(BoltError::new(
+            at_m,
+            format!(
+                "file truncated or damaged: the meta says {} pages are in use but the file holds {pages_in_file} pages of {ps} bytes",
+                chosen.hwm
+            ),
+        ));
+    }
+    if chosen.root < 2 || chosen.root >= chosen.hwm {
+        return Err(BoltError::new(
+            at_m,
+            format!("root page {} outside 2..{}", chosen.root, chosen.hwm),
+        ));
+    }
+    if chosen.freelist != NO_FREELIST && (chosen.freelist < 2 || chosen.freelist >= chosen.hwm) {
+        return Err(BoltError::new(
+            at_m,
+            format!(
+                "freelist page {} outside 2..{}",
+                chosen.freelist, chosen.hwm
+            ),
+        ));
+    }
+    Ok(chosen)
+}
+
+/// A page (its whole span, overflow included).
+#[derive(Debug, Clone, Copy)]
+pub struct Page<'a> {
+    pub id: u64,
+    pub flags: u16,
+    pub count: usize,
+    pub overflow: u32,
+    pub buf: &'a [u8],
+}
+
+impl<'a> Page<'a> {
+    pub fn is_leaf(&self) -> bool {
+        self.flags & FLAG_LEAF != 0
+    }
+    pub fn is_branch(&self) -> bool {
+        self.flags & FLAG_BRANCH != 0
+    }
+}
+
+/// One key/value of a leaf page (value of a bucket = its bucket header, maybe with an inline page).
+#[derive(Debug, Clone, Copy)]
+pub struct LeafElem<'a> {
+    pub flags: u32,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+impl<'a> LeafElem<'a> {
+    pub fn is_bucket(&self) -> bool {
+        self.flags & BUCKET_LEAF_FLAG != 0
+    }
+}
+
+/// Where a bucket's tree lives.
+#[derive(Debug, Clone, Copy)]
+pub enum Root<'a> {
+    Page(u64),
+    /// An inline bucket: the bytes of its fake leaf page (header included).
+    Inline(&'a [u8]),
+}
+
+/// Decodes a bucket value (header + maybe inline page).
+pub fn bucket_root<'a>(value: &'a [u8], at: &str) -> Result<(Root<'a>, u64), BoltError> {
+    if value.len() < BUCKET_HEADER {
+        return Err(BoltError::new(
+            at,
+            format!(
+                "bucket value of {} bytes is shorter than a bucket header",
+                value.len()
+            ),
+        ));
+    }
+    let root = rd_u64(value, 0);
+    let seq = rd_u64(value, 8);
+    if root == 0 {
+        let page = &value[BUCKET_HEADER..];
+        if page.len() < PAGE_HEADER {
+            return Err(BoltError::new(at, "inline bucket without its page header"));
+        }
+        Ok((Root::Inline(page), seq))
+    } else {
+        Ok((Root::Page(root), seq))
+    }
+}
+
+/// Parses the elements of a leaf page image (`buf` = the page span or an inline page).
+pub fn leaf_elems<'a>(
+    buf: &'a [u8],
+    count: usize,
+    at: &dyn Fn() -> String,
+) -> Result<Vec<LeafElem<'a>>, BoltError> {
+    let end = PAGE_HEADER + count * ELEM_SIZE;
+    if end > buf.len() {
+        return Err(BoltError::new(
+            at(),
+            format!("{count} leaf elements do not fit in {} bytes", buf.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let e = PAGE_HEADER + i * ELEM_SIZE;
+        let flags = rd_u32(buf, e);
+        let pos = rd_u32(buf, e + 4) as usize;
+        let ksize = rd_u32(buf, e + 8) as usize;
+        let vsize = rd_u32(buf, e + 12) as usize;
+        let kstart = e + pos;
+        let vend = kstart.checked_add(ksize).and_then(|x| x.checked_add(vsize));
+        match vend {
+            Some(vend) if vend <= buf.len() => out.push(LeafElem {
+                flags,
+                key: &buf[kstart..kstart + ksize],
+                value: &buf[kstart + ksize..vend],
+            }),
+            _ => {
+                return Err(BoltError::new(
+                    at(),
+                    format!("leaf element {i} points outside its page"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Parses the elements of a branch page: (key, child page id).
+pub fn branch_elems<'a>(
+    buf: &'a [u8],
+    count: usize,
+    at: &dyn Fn() -> String,
+) -> Result<Vec<(&'a [u8], u64)>, BoltError> {
+    let end = PAGE_HEADER + count * ELEM_SIZE;
+    if end > buf.len() {
+        return Err(BoltError::new(
+            at(),
+            format!("{count} branch elements do not fit in {} bytes", buf.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let e = PAGE_HEADER + i * ELEM_SIZE;
+        let pos = rd_u32(buf, e) as usize;
+        let ksize = rd_u32(buf, e + 4) as usize;
+        let pgid = rd_u64(buf, e + 8);
+        let kstart = e + pos;
+        match kstart.checked_add(ksize) {
+            Some(kend) if kend <= buf.len() => out.push((&buf[kstart..kend], pgid)),
+            _ => {
+                return Err(BoltError::new(
+                    at(),
+                    format!("branch element {i} points outside its page"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Read access to the pages of one transaction's tree: the file's bytes, optionally overlaid
+/// with pages a transaction is about to write (so it can be checked before anything is written).
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    pub data: &'a [u8],
+    pub overlay: Option<&'a std::collections::BTreeMap<u64, Vec<u8>>>,
+    pub page_size: usize,
+    pub hwm: u64,
+}
+
+impl<'a> View<'a> {
+    pub fn new(data: &'a [u8], meta: &Meta) -> Self {
+        View {
+            data,
+            overlay: None,
+            page_size: meta.page_size as usize,
+            hwm: meta.hwm,
+        }
+    }
+
+    /// The page `id` with its whole span, bounds-checked against the high-water mark and the file.
+    pub fn page(&self, id: u64) -> Result<Page<'a>, BoltError> {
+        let at = || format!("page {id}");
+        if id >= self.hwm {
+            return Err(BoltError::new(
+                at(),
+                format!(
+                    "page id beyond the high-water mark ({} pages in use)",
+                    self.hwm
+                ),
+            ));
+        }
+        let ps = self.page_size;
+        let buf: &'a [u8] = match self.overlay.and_then(|o| o.get(&id)) {
+            Some(b) => b.as_slice(),
+            None => {
+                let off = (id as usize)
+                    .checked_mul(ps)
+                    .filter(|o| o + ps <= self.data.len());
+                match off {
+                    Some(off) => &self.data[off..],
+                    None => {
+                        return Err(BoltError::new(
+                            at(),
+                            format!(
+                                "page lies beyond the end of the file ({} bytes)",
+                                self.data.len()
+                            ),
+                        ))
+                    }
+                }
+            }
+        };
+        if buf.len() < PAGE_HEADER {
+            return Err(BoltError::new(at(), "page shorter than its header"));
+        }
+        let hid = rd_u64(buf, 0);
+        let flags = rd_u16(buf, 8);
+        let count = rd_u16(buf, 10) as usize;
+        let overflow = rd_u32(buf, 12);
+        if hid != id {
+            return Err(BoltError::new(
+                at(),
+                format!("page header says it is page {hid} (stale or misplaced page)"),
+            ));
+        }
+        let span_pages = overflow as u64 + 1;
+        if id + span_pages > self.hwm {
+            return Err(BoltError::new(
+                at(),
+                format!(
+                    "page with {overflow} overflow pages runs past the high-water mark ({})",
+                    self.hwm
+                ),
+            ));
+        }
+        let span = span_pages as usize * ps;
+        if buf.len() < span {
+            return Err(BoltError::new(
+                at(),
+                format!("page with {overflow} overflow pages runs past the end of the file"),
+            ));
+        }
+        Ok(Page {
+            id,
+            flags,
+            count,
+            overflow,
+            buf: &buf[..span],
+        })
+    }
+
+    fn tree_page(&self, id: u64) -> Result<Page<'a>, BoltError> {
+        let p = self.page(id)?;
+        if !p.is_leaf() && !p.is_branch() {
+            return Err(BoltError::new(
+                format!("page {id}"),
+                format!(
+                    "expected a branch or leaf page, found flags {:#06x}",
+                    p.flags
+                ),
+            ));
+        }
+        Ok(p)
+    }
+
+    /// Calls `f` for every key/value of the bucket, in key order.
+    pub fn for_each(
+        &self,
+        root: Root<'a>,
+        f: &mut dyn FnMut(LeafElem<'a>) -> Result<(), BoltError>,
+    ) -> Result<(), BoltError> {
+        match root {
+            Root::Inline(page) => {
+                let flags = rd_u16(page, 8);
+                if flags & FLAG_LEAF == 0 {
+                    return Err(BoltError::new("inline bucket", "its page is not a leaf"));
+                }
+                let count = rd_u16(page, 10) as usize;
+                for e in leaf_elems(page, count, &|| "inline bucket".to_string())? {
+                    f(e)?;
+                }
+                Ok(())
+            }
+            Root::Page(id) => self.for_each_page(id, 0, f),
+        }
+    }
+
+    fn for_each_page(
+        &self,
+        id: u64,
+        depth: usize,
+        f: &mut dyn FnMut(LeafElem<'a>) -> Result<(), BoltError>,
+    ) -> Result<(), BoltError> {
+        if depth > MAX_DEPTH {
+            return Err(BoltError::new(
+                format!("page {id}"),
+                "tree deeper than 64 levels (cycle in the page graph?)",
+            ));
+        }
+        let p = self.tree_page(id)?;
+        let at = || format!("page {id}");
+        if p.is_leaf() {
+            for e in leaf_elems(p.buf, p.count, &at)? {
+                f(e)?;
+            }
+        } else {
+            for (_, child) in branch_elems(p.buf, p.count, &at)? {
+                self.for_each_page(child, depth + 1, f)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The element with exactly `key` in the bucket, if any.
+    pub fn get(&self, root: Root<'a>, key: &[u8]) -> Result<Option<LeafElem<'a>>, BoltError> {
+        let mut id = match root {
+            Root::Inline(page) => {
+                let count = rd_u16(page, 10) as usize;
+                let elems = leaf_elems(page, count, &|| "inline bucket".to_string())?;
+                return Ok(elems.into_iter().find(|e| e.key == key));
+            }
+            Root::Page(id) => id,
+        };
+        let mut depth = 0usize;
+        loop {
+            if depth > MAX_DEPTH {
+                return Err(BoltError::new(
+                    format!("page {id}"),
+                    "tree deeper than 64 levels",
+                ));
+            }
+            let p = self.tree_page(id)?;
+            let at = || format!("page {id}");
+            if p.is_leaf() {
+                let elems = leaf_elems(p.buf, p.count, &at)?;
+                return Ok(elems
+                    .binary_search_by(|e| e.key.cmp(key))
+                    .ok()
+                    .map(|i| elems[i]));
+            }
+            let elems = branch_elems(p.buf, p.count, &at)?;
+            if elems.is_empty() {
+                return Ok(None);
+            }
+            let i = child_index(&elems, key);
+            id = elems[i].1;
+            depth += 1;
+        }
+    }
+
+    /// The nested bucket `key` of `root`; `Ok(None)` when absent, an error when `key` is a value.
+    pub fn bucket(
+        &self,
+        root: Root<'a>,
+        key: &[u8],
+        at: &str,
+    ) -> Result<Option<Root<'a>>, BoltError> {
+        match self.get(root, key)? {
+            None => Ok(None),
+            Some(e) if e.is_bucket() => Ok(Some(bucket_root(e.value, at)?.0)),
+            Some(_) => Err(BoltError::new(at, "is a value, expected a bucket")),
+        }
+    }
+}
+
+/// bbolt's branch search: the last element whose key is <= `key` (or the first).
+pub fn child_index(elems: &[(&[u8], u64)], key: &[u8]) -> usize {
+    match elems.binary_search_by(|(k, _)| (*k).cmp(key)) {
+        Ok(i) => i,
+        Err(0) => 0,
+        Err(i) => i - 1,
+    }
+}
+
+/// The bytes of an open bolt file: a read-only shared mapping, or a private copy.
+pub enum Data {
+    Map(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Map(m) => m,
+            Data::Owned(v) => v,
+        }
+    }
+}
+
+/// A bolt file opened for reading: its bytes and the meta bbolt would use.
+pub struct Db {
+    pub data: Data,
+    pub meta: Meta,
+}
+
+impl Db {
+    /// Maps `file` read-only. The caller must keep others from truncating it while mapped (we
+    /// hold its flock; containerd respects it and bolt files only ever grow).
+    pub fn map(file: &File) -> Result<Db, BoltError> {
+        let len = file
+            .metadata()
+            .map_err(|e| BoltError::new("file", e.to_string()))?
+            .len();
+        let data = if len == 0 {
+            Data::Owned(Vec::new())
+        } else {
+            // SAFETY: read-only shared mapping of a regular file; see the method docs.
+            Data::Map(
+                unsafe { memmap2::MmapOptions::new().map(file) }
+                    .map_err(|e| BoltError::new("file", format!("cannot map: {e}")))?,
+            )
+        };
+        Db::from_data(data)
+    }
+
+    pub fn from_data(data: Data) -> Result<Db, BoltError> {
+        let meta = read_meta(&data)?;
+        Ok(Db { data, meta })
+    }
+
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Db, BoltError> {
+        Db::from_data(Data::Owned(bytes))
+    }
+
+    /// Reads the file at `path` into memory (no lock taken).
+    pub fn read_path(path: &Path) -> Result<Db, BoltError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| BoltError::new(path.display().to_string(), e.to_string()))?;
+        Db::from_bytes(bytes)
+    }
+
+    pub fn view(&self) -> View<'_> {
+        View::new(&self.data, &self.meta)
+    }
+
+    pub fn root(&self) -> Root<'_> {
+        Root::Page(self.meta.root)
+    }
+
+    /// Every key/value of the database, depth first, in key order: `(bucket path, key, value)`
+    /// for plain values, and `(bucket path, key, None)` for nested buckets (with their
+    /// sequence in the value slot as 8 bytes). For tests and diffs.
+    pub fn dump(&self) -> Result<Vec<DumpEntry>, BoltError> {
+        let mut out = Vec::new();
+        dump_bucket(&self.view(), self.root(), &mut Vec::new(), &mut out, 0)?;
+        Ok(out)
+    }
+}
+
+/// One line of [`Db::dump`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpEntry {
+    pub path: Vec<Vec<u8>>,
+    pub key: Vec<u8>,
+    /// `None` for a nested bucket.
+    pub value: Option<Vec<u8>>,
+    /// The bucket's sequence for nested buckets, 0 otherwise.
+    pub sequence: u64,
+}
+
+fn dump_bucket<'a>(
+    view: &View<'a>,
+    root: Root<'a>,
+    path: &mut Vec<Vec<u8>>,
+    out: &mut Vec<DumpEntry>,
+    depth: usize,
+) -> Result<(), BoltError> {
+    if depth > MAX_DEPTH {
+        return Err(BoltError::new("bucket", "buckets nested deeper than 64"));
+    }
+    let mut elems = Vec::new();
+    view.for_each(root, &mut |e| {
+        elems.push(e);
+        Ok(())
+    })?;
+    for e in elems {
+        if e.is_bucket() {
+            let (r, seq) = bucket_root(e.value, "bucket")?;
+            out.push(DumpEntry {
+                path: path.clone(),
+                key: e.key.to_vec(),
+                value: None,
+                sequence: seq,
+            });
+            path.push(e.key.to_vec());
+            dump_bucket(view, r, path, out, depth + 1)?;
+            path.pop();
+        } else {
+            out.push(DumpEntry {
+                path: path.clone(),
+                key: e.key.to_vec(),
+                value: Some(e.value.to_vec()),
+                sequence: 0,
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,569 @@
+//! Copy-on-write replacement of existing values, and the crash-safe commit (see the module
+//! docs of [`super`] for the design and why it is safe).
+//!
+//! Use: build [`Edits`], call [`plan`] (pure: nothing is written; returns the new pages and
+//! the new meta), check the planned tree through [`Plan::view`] (the caller should run
+//! [`super::check::check`] and re-read its values there), then [`commit`].
+
+use super::check::CheckReport;
+use super::*;
+use crate::fault;
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+
+/// Values to replace, by bucket path. Only existing, non-bucket keys can be replaced.
+#[derive(Debug, Default, Clone)]
+pub struct Edits {
+    pub root: EditNode,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct EditNode {
+    pub values: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub buckets: BTreeMap<Vec<u8>, EditNode>,
+}
+
+impl EditNode {
+    fn keys(&self) -> Vec<&[u8]> {
+        let mut k: Vec<&[u8]> = self
+            .values
+            .keys()
+            .chain(self.buckets.keys())
+            .map(|k| k.as_slice())
+            .collect();
+        k.sort();
+        k.dedup();
+        k
+    }
+}
+
+impl Edits {
+    /// Replaces the value of `key` in the bucket at `bucket_path` (from the root bucket).
+    pub fn put(&mut self, bucket_path: &[&[u8]], key: &[u8], value: Vec<u8>) {
+        let mut n = &mut self.root;
+        for b in bucket_path {
+            n = n.buckets.entry(b.to_vec()).or_default();
+        }
+        n.values.insert(key.to_vec(), value);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.root.values.is_empty() && self.root.buckets.is_empty()
+    }
+}
+
+/// A transaction ready to be written.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// New pages by page id (each buffer = its whole span).
+    pub pages: BTreeMap<u64, Vec<u8>>,
+    pub old_meta: Meta,
+    pub new_meta: Meta,
+    /// Page ids (spans expanded) this transaction replaced.
+    pub freed: Vec<u64>,
+    /// Pages taken from the free pages of the old tree.
+    pub reused_pages: u64,
+    /// Pages appended after the old high-water mark.
+    pub appended_pages: u64,
+}
+
+impl Plan {
+    /// The new tree: the file's bytes overlaid with the planned pages.
+    pub fn view<'a>(&'a self, data: &'a [u8]) -> View<'a> {
+        View {
+            data,
+            overlay: Some(&self.pages),
+            page_size: self.new_meta.page_size as usize,
+            hwm: self.new_meta.hwm,
+        }
+    }
+
+    /// Bytes the commit writes: data pages plus the meta page.
+    pub fn bytes_to_write(&self) -> u64 {
+        self.pages.values().map(|p| p.len() as u64).sum::<u64>() + self.new_meta.page_size as u64
+    }
+}
+
+struct Allocator {
+    /// Free pages of the old tree not handed out yet (sorted).
+    free: Vec<u64>,
+    hwm: u64,
+    reused: u64,
+    appended: u64,
+}
+
+impl Allocator {
+    /// bbolt's first fit over the free ids, else from the high-water mark.
+    fn alloc(&mut self, n: u64) -> u64 {
+        let mut run_start = 0usize;
+        for i in 0..self.free.len() {
+            if i == 0 || self.free[i] != self.free[i - 1] + 1 {
+                run_start = i;
+            }
+            if (i - run_start + 1) as u64 == n {
+                let id = self.free[run_start];
+                self.free.drain(run_start..=i);
+                self.reused += n;
+                return id;
+            }
+        }
+        let id = self.hwm;
+        self.hwm += n;
+        self.appended += n;
+        id
+    }
+}
+
+struct Planner<'a, 'v> {
+    view: &'v View<'a>,
+    ps: usize,
+    alloc: Allocator,
+    pages: BTreeMap<u64, Vec<u8>>,
+    freed: Vec<u64>,
+}
+
+/// Encodes a leaf or branch node into a fresh zeroed buffer of whole pages.
+/// `elems` = (flags, key, value) for leaves, (0, key, pgid bytes) for branches.
+fn node_size(elems: &[(u32, Vec<u8>, Vec<u8>)], leaf: bool) -> usize {
+    PAGE_HEADER
+        + elems
+            .iter()
+            .map(|(_, k, v)| ELEM_SIZE + k.len() + if leaf { v.len() } else { 0 })
+            .sum::<usize>()
+}
+
+fn encode_node(
+    buf: &mut [u8],
+    id: u64,
+    leaf: bool,
+    elems: &[(u32, Vec<u8>, Vec<u8>)],
+    overflow: u32,
+) {
+    wr_u64(buf, 0, id);
+    wr_u16(buf, 8, if leaf { FLAG_LEAF } else { FLAG_BRANCH });
+    wr_u16(buf, 10, elems.len() as u16);
+    wr_u32(buf, 12, overflow);
+    let mut off = PAGE_HEADER + ELEM_SIZE * elems.len();
+    for (i, (flags, k, v)) in elems.iter().enumerate() {
+        let e = PAGE_HEADER + i * ELEM_SIZE;
+        let pos = (off - e) as u32;
+        if leaf {
+            wr_u32(buf, e, *flags);
+            wr_u32(buf, e + 4, pos);
+            wr_u32(buf, e + 8, k.len() as u32);
+            wr_u32(buf, e + 12, v.len() as u32);
+            buf[off..off + k.len()].copy_from_slice(k);
+            off += k.len();
+            buf[off..off + v.len()].copy_from_slice(v);
+            off += v.len();
+        } else {
+            wr_u32(buf, e, pos);
+            wr_u32(buf, e + 4, k.len() as u32);
+            buf[e + 8..e + 16].copy_from_slice(v);
+            buf[off..off + k.len()].copy_from_slice(k);
+            off += k.len();
+        }
+    }
+}
+
+impl<'a, 'v> Planner<'a, 'v> {
+    fn free_span(&mut self, id: u64, overflow: u32) {
+        for i in 0..=overflow as u64 {
+            self.freed.push(id + i);
+        }
+    }
+
+    /// Writes a node to newly allocated pages; returns its page id.
+    fn write_node(
+        &mut self,
+        leaf: bool,
+        elems: &[(u32, Vec<u8>, Vec<u8>)],
+        at: &str,
+    ) -> Result<u64, BoltError> {
+        if elems.len() > 0xFFFF {
+            return Err(BoltError::new(at, "more than 65535 elements in one page"));
+        }
+        let size = node_size(elems, leaf);
+        let npages = size.div_ceil(self.ps).max(1) as u64;
+        let id = self.alloc.alloc(npages);
+        let mut buf = vec![0u8; npages as usize * self.ps];
+        encode_node(&mut buf, id, leaf, elems, (npages - 1) as u32);
+        self.pages.insert(id, buf);
+        Ok(id)
+    }
+
+    /// Rewrites the subtree at page `id` for the edits of `node` whose keys are `keys`;
+    /// returns the new page id of the subtree root.
+    fn rewrite_tree(
+        &mut self,
+        id: u64,
+        node: &EditNode,
+        keys: &[&[u8]],
+        path: &str,
+        depth: usize,
+    ) -> Result<u64, BoltError> {
+        if depth > MAX_DEPTH {
+            return Err(BoltError::new(format!("page {id}"), "tree too deep"));
+        }
+        let p = self.view.page(id)?;
+        let at = || format!("page {id} (bucket {path})");
+        if p.is_branch() {
+            let elems = branch_elems(p.buf, p.count, &at)?;
+            if elems.is_empty() {
+                return Err(BoltError::new(at(), "empty branch page"));
+            }
+            let mut groups: BTreeMap<usize, Vec<&[u8]>> = BTreeMap::new();
+            for k in keys {
+                groups.entry(child_index(&elems, k)).or_default().push(k);
+            }
+            let mut out: Vec<(u32, Vec<u8>, Vec<u8>)> = elems
+                .iter()
+                .map(|(k, c)| (0u32, k.to_vec(), c.to_ne_bytes().to_vec()))
+                .collect();
+            for (i, ks) in groups {
+                let new_child = self.rewrite_tree(elems[i].1, node, &ks, path, depth + 1)?;
+                out[i].2 = new_child.to_ne_bytes().to_vec();
+            }
+            self.free_span(id, p.overflow);
+            self.write_node(false, &out, &at())
+        } else if p.is_leaf() {
+            let elems = leaf_elems(p.buf, p.count, &at)?;
+            let mut out: Vec<(u32, Vec<u8>, Vec<u8>)> = elems
+                .iter()
+                .map(|e| (e.flags, e.key.to_vec(), e.value.to_vec()))
+                .collect();
+            self.apply_in_leaf(&mut out, node, keys, path, depth)?;
+            self.free_span(id, p.overflow);
+            self.write_node(true, &out, &at())
+        } else {
+            Err(BoltError::new(
+                at(),
+                format!("not a branch or leaf page (flags {:#x})", p.flags),
+            ))
+        }
+    }
+
+    fn apply_in_leaf(
+        &mut self,
+        out: &mut [(u32, Vec<u8>, Vec<u8>)],
+        node: &EditNode,
+        keys: &[&[u8]],
+        path: &str,
+        depth: usize,
+    ) -> Result<(), BoltError> {
+        for k in keys {
+            let kname = String::from_utf8_lossy(k).into_owned();
+            let i = out
+                .binary_search_by(|(_, ek, _)| ek.as_slice().cmp(k))
+                .map_err(|_| {
+                    BoltError::new(
+                        format!("bucket {path}"),
+                        format!("key {kname:?} not found (only existing values can be replaced)"),
+                    )
+                })?;
+            let is_bucket = out[i].0 & BUCKET_LEAF_FLAG != 0;
+            if let Some(v) = node.values.get(*k) {
+                if is_bucket {
+                    return Err(BoltError::new(
+                        format!("bucket {path}"),
+                        format!("key {kname:?} is a bucket, not a value"),
+                    ));
+                }
+                if node.buckets.contains_key(*k) {
+                    return Err(BoltError::new(
+                        format!("bucket {path}"),
+                        format!("key {kname:?} edited both as value and bucket"),
+                    ));
+                }
+                out[i].2 = v.clone();
+            } else if let Some(child) = node.buckets.get(*k) {
+                if !is_bucket {
+                    return Err(BoltError::new(
+                        format!("bucket {path}"),
+                        format!("key {kname:?} is a value, not a bucket"),
+                    ));
+                }
+                let cpath = format!("{path}/{kname}");
+                out[i].2 =
+                    self.rewrite_bucket_value(&out[i].2.clone(), child, &cpath, depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns the new value (bucket header + maybe inline page) of a nested bucket.
+    fn rewrite_bucket_value(
+        &mut self,
+        value: &[u8],
+        node: &EditNode,
+        path: &str,
+        depth: usize,
+    ) -> Result<Vec<u8>, BoltError> {
+        if depth > MAX_DEPTH {
+            return Err(BoltError::new(
+                format!("bucket {path}"),
+                "buckets nested too deep",
+            ));
+        }
+        let (root, seq) = bucket_root(value, &format!("bucket {path}"))?;
+        let keys = node.keys();
+        match root {
+            Root::Page(id) => {
+                let new_root = self.rewrite_tree(id, node, &keys, path, 0)?;
+                let mut v = vec![0u8; BUCKET_HEADER];
+                wr_u64(&mut v, 0, new_root);
+                wr_u64(&mut v, 8, seq);
+                Ok(v)
+            }
+            Root::Inline(page) => {
+                let at = || format!("inline bucket {path}");
+                if rd_u16(page, 8) & FLAG_LEAF == 0 {
+                    return Err(BoltError::new(at(), "its page is not a leaf"));
+                }
+                let elems = leaf_elems(page, rd_u16(page, 10) as usize, &at)?;
+                let mut out: Vec<(u32, Vec<u8>, Vec<u8>)> = elems
+                    .iter()
+                    .map(|e| (e.flags, e.key.to_vec(), e.value.to_vec()))
+                    .collect();
+                self.apply_in_leaf(&mut out, node, &keys, path, depth)?;
+                let size = node_size(&out, true);
+                let inlineable =
+                    out.iter().all(|e| e.0 & BUCKET_LEAF_FLAG == 0) && size <= self.ps / 4;
+                let mut v = vec![0u8; BUCKET_HEADER];
+                wr_u64(&mut v, 8, seq);
+                if inlineable {
+                    let mut pg = vec![0u8; size];
+                    encode_node(&mut pg, 0, true, &out, 0);
+                    v.extend_from_slice(&pg);
+                } else {
+                    // bbolt moves a bucket out of line once it exceeds pageSize/4.
+                    let id = self.write_node(true, &out, &at())?;
+                    wr_u64(&mut v, 0, id);
+                }
+                Ok(v)
+            }
+        }
+    }
+}
+
+/// Plans the transaction replacing `edits` in the tree of `db` (whose check is `report`; it
+/// must be clean). Nothing is written.
+pub fn plan(db: &Db, report: &CheckReport, edits: &Edits) -> Result<Plan, BoltError> {
+    let meta = db.meta;
+    if !report.is_ok() {
+        return Err(BoltError::new(
+            "consistency check",
+            format!(
+                "the file fails bbolt's consistency check, refusing to write: {}",
+                report.summary()
+            ),
+        ));
+    }
+    let view = db.view();
+    let mut pl = Planner {
+        view: &view,
+        ps: meta.page_size as usize,
+        alloc: Allocator {
+            free: report.free.clone(),
+            hwm: meta.hwm,
+            reused: 0,
+            appended: 0,
+        },
+        pages: BTreeMap::new(),
+        freed: Vec::new(),
+    };
+    let keys = edits.root.keys();
+    let new_root = if keys.is_empty() {
+        meta.root
+    } else {
+        pl.rewrite_tree(meta.root, &edits.root, &keys, "", 0)?
+    };
+    let mut new_meta = meta;
+    new_meta.page = 1 - meta.page;
+    new_meta.txid = meta.txid + 1;
+    new_meta.root = new_root;
+    if meta.freelist_synced() {
+        // bbolt: free the old freelist page, allocate the new one (sized before allocating,
+        // an upper bound), then write every free id: unused old free pages + pending ones.
+        let old = view.page(meta.freelist)?;
+        pl.free_span(old.id, old.overflow);
+        let n = pl.alloc.free.len() + pl.freed.len();
+        let bytes = PAGE_HEADER + 8 * n + if n >= 0xFFFF { 8 } else { 0 };
+        let npages = (bytes / pl.ps + 1) as u64;
+        let id = pl.alloc.alloc(npages);
+        let mut ids: Vec<u64> = pl
+            .alloc
+            .free
+            .iter()
+            .chain(pl.freed.iter())
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        let mut buf = vec![0u8; npages as usize * pl.ps];
+        wr_u64(&mut buf, 0, id);
+        wr_u16(&mut buf, 8, FLAG_FREELIST);
+        wr_u32(&mut buf, 12, (npages - 1) as u32);
+        let mut off = PAGE_HEADER;
+        if ids.len() >= 0xFFFF {
+            wr_u16(&mut buf, 10, 0xFFFF);
+            wr_u64(&mut buf, off, ids.len() as u64);
+            off += 8;
+        } else {
+            wr_u16(&mut buf, 10, ids.len() as u16);
+        }
+        for fid in ids {
+            wr_u64(&mut buf, off, fid);
+            off += 8;
+        }
+        pl.pages.insert(id, buf);
+        new_meta.freelist = id;
+    } else {
+        new_meta.freelist = NO_FREELIST;
+    }
+    new_meta.hwm = pl.alloc.hwm;
+    new_meta.checksum = 0; // computed by encode()
+    let (reused, appended) = (pl.alloc.reused, pl.alloc.appended);
+    Ok(Plan {
+        pages: pl.pages,
+        old_meta: meta,
+        new_meta,
+        freed: pl.freed,
+        reused_pages: reused,
+        appended_pages: appended,
+    })
+}
+
+/// Why a commit failed, and whether the file was restored.
+#[derive(Debug)]
+pub struct CommitError {
+    pub step: &'static str,
+    pub source: std::io::Error,
+    /// True when every byte written was put back (file identical to before).
+    pub restored: bool,
+}
+
+impl fmt::Display for CommitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {}", self.step, self.source)?;
+        if self.restored {
+            write!(f, " (the file was restored to its previous bytes)")
+        } else {
+            write!(f, " (the previous meta page stays the valid one; restore from the backup if in doubt)")
+        }
+    }
+}
+
+/// What a commit wrote.
+#[derive(Debug, Clone, Default)]
+pub struct CommitStats {
+    pub pages_written: u64,
+    pub bytes_written: u64,
+    pub file_len_before: u64,
+    pub file_len_after: u64,
+}
+
+fn fallocate(file: &File, off: u64, len: u64) -> std::io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: plain syscall on a valid fd.
+    let rc =
+        unsafe { libc::posix_fallocate(file.as_raw_fd(), off as libc::off_t, len as libc::off_t) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Writes `plan` to `file` (opened read-write, holding the flock; `data` = its current bytes)
+/// in bbolt's order: reserve space, data pages, fdatasync, new meta page, fdatasync. Every
+/// step is a [`fault::point`]. On a failure before the meta is durable, every byte written
+/// is put back and the file length restored.
+pub fn commit(file: &File, data: &[u8], plan: &Plan) -> Result<CommitStats, CommitError> {
+    let ps = plan.new_meta.page_size as u64;
+    let len_before = data.len() as u64;
+    let need = plan.new_meta.hwm * ps;
+    let mut stats = CommitStats {
+        file_len_before: len_before,
+        ..Default::default()
+    };
+    // Originals of every page we overwrite inside the current file, to undo a failed write.
+    let mut saved: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (id, buf) in &plan.pages {
+        let off = id * ps;
+        if off < len_before {
+            let end = (off + buf.len() as u64).min(len_before);
+            saved.push((off, data[off as usize..end as usize].to_vec()));
+        }
+    }
+    let meta_off = plan.new_meta.page * ps;
+    saved.push((
+        meta_off,
+        data[meta_off as usize..(meta_off + ps) as usize].to_vec(),
+    ));
+    let undo = |step: &'static str, source: std::io::Error| -> CommitError {
+        let mut ok = true;
+        for (off, bytes) in &saved {
+            ok &= file.write_all_at(bytes, *off).is_ok();
+        }
+        if file.metadata().map(|m| m.len()).unwrap_or(0) != len_before {
+            ok &= file.set_len(len_before).is_ok();
+        }
+        ok &= file.sync_all().is_ok();
+        CommitError {
+            step,
+            source,
+            restored: ok,
+        }
+    };
+
+    // Reserve the pages after the old high-water mark first, so a full disk fails here,
+    // before any byte of the file changed (they may be holes in a sparse file).
+    fault::point("bolt-reserve");
+    let old_end = plan.old_meta.hwm * ps;
+    if need > old_end {
+        if let Err(e) = fallocate(file, old_end, need - old_end) {
+            return Err(undo("reserving space for the new pages", e));
+        }
+    }
+    // Data pages, in page order, one write per contiguous run.
+    let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (id, buf) in &plan.pages {
+        match runs.last_mut() {
+            Some((start, b)) if *start * ps + b.len() as u64 == id * ps => b.extend_from_slice(buf),
+            _ => runs.push((*id, buf.clone())),
+        }
+        stats.pages_written += buf.len() as u64 / ps;
+    }
+    for (id, buf) in &runs {
+        fault::point("bolt-write-pages");
+        if let Err(e) = file.write_all_at(buf, id * ps) {
+            return Err(undo("writing data pages", e));
+        }
+        stats.bytes_written += buf.len() as u64;
+    }
+    fault::point("bolt-fdatasync-pages");
+    if let Err(e) = file.sync_data() {
+        return Err(undo("syncing data pages", e));
+    }
+    // The new meta goes over the older meta page; until it is durable the current meta
+    // (and its untouched tree) is the newest valid one.
+    let meta_page = plan.new_meta.encode();
+    fault::point("bolt-write-meta");
+    if let Err(e) = file.write_all_at(&meta_page, meta_off) {
+        return Err(undo("writing the meta page", e));
+    }
+    stats.bytes_written += meta_page.len() as u64;
+    stats.pages_written += 1;
+    fault::point("bolt-fdatasync-meta");
+    if let Err(e) = file.sync_data() {
+        return Err(CommitError {
+            step: "syncing the meta page",
+            source: e,
+            restored: false,
+        });
+    }
+    stats.file_len_after = file.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok(stats)
+}

@@ -1,0 +1,701 @@
+//! containerd back-end: the CRI plugin's container extension inside
+//! `<root>/io.containerd.metadata.v1.bolt/meta.db` (containerd 1.1 – 2.x; research/stores.md
+//! §1, §2, §5). The bolt file is read and written by our own small bolt engine ([`bolt`]; its
+//! module docs say why not bbolt-rs), which keeps whichever freelist layout it finds (synced,
+//! containerd ≤ 1.6; `NoFreelistSync`, 1.7 and 2.x).
+//!
+//! * [`ContainerdStore::scan`]: every namespace's containers; CRI containers (extension
+//!   `io.cri-containerd.container.metadata`) with identity, hashes, image and the pid from the
+//!   CRI status checkpoint; sandboxes; others as not-Kubernetes; broken ones as undecodable.
+//! * [`ContainerdStore::apply`]: all rewrites in ONE copy-on-write bolt transaction, holding
+//!   meta.db's flock (so a containerd started meanwhile waits, as it does for itself). Each
+//!   value is changed only in the annotation values and re-decoded and compared with the
+//!   expected document before anything is written; the planned tree passes the bbolt
+//!   consistency check and is re-read before the commit; the backup (byte copy of meta.db)
+//!   is durable before the first write; the commit is bbolt's data-pages → fdatasync → meta →
+//!   fdatasync, so a crash leaves the old or the new database. Rollback is
+//!   [`crate::backup::rollback`] (whole-file restore).
+
+pub mod bolt;
+pub mod cri;
+
+use crate::atomic::FileMeta;
+use crate::backup::{sha256_hex, Backup};
+use crate::error::StoreError;
+use crate::{
+    ApplyOutcome, RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreRecord,
+    HASH_ANNOTATION, HASH_WITHOUT_RESOURCES_ANNOTATION,
+};
+use bolt::{check::CheckReport, write, Db, Root, View};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// containerd's default CRI/gRPC socket.
+pub const DEFAULT_SOCKET: &str = "/run/containerd/containerd.sock";
+/// meta.db, relative to the containerd root.
+pub const META_DB: &str = "io.containerd.metadata.v1.bolt/meta.db";
+/// The CRI plugin's per-container directories (status checkpoints), relative to the root.
+pub const CRI_CONTAINERS: &str = "io.containerd.grpc.v1.cri/containers";
+
+const KIND_LABEL: &str = "io.cri-containerd.kind";
+const POD_NAME: &str = "io.kubernetes.pod.name";
+const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+const POD_UID: &str = "io.kubernetes.pod.uid";
+const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+
+/// Options of [`ContainerdStore::with_options`].
+#[derive(Debug, Clone, Default)]
+pub struct ContainerdOptions {
+    /// containerd's gRPC socket, probed by the running check (default [`DEFAULT_SOCKET`]).
+    pub socket: Option<PathBuf>,
+}
+
+/// containerd's metadata store under a containerd root (e.g. `/var/lib/containerd`).
+#[derive(Debug, Clone)]
+pub struct ContainerdStore {
+    root: PathBuf,
+    db_path: PathBuf,
+    socket: PathBuf,
+}
+
+/// Timings and figures of one [`ContainerdStore::apply_detailed`].
+#[derive(Debug, Clone, Default)]
+pub struct ApplyStats {
+    pub containers_seen: usize,
+    pub values_changed: usize,
+    pub freelist_synced: bool,
+    pub txid_before: u64,
+    pub txid_after: u64,
+    pub hwm_before: u64,
+    pub hwm_after: u64,
+    pub pages_reused: u64,
+    pub pages_appended: u64,
+    pub pages_written: u64,
+    pub bytes_written: u64,
+    pub file_len_before: u64,
+    pub file_len_after: u64,
+    /// open + consistency check + collect records.
+    pub t_read: Duration,
+    /// JSON rewrites + their verification + copy-on-write plan.
+    pub t_plan: Duration,
+    /// consistency check + re-read of the planned tree.
+    pub t_verify: Duration,
+    /// backup copy + sync.
+    pub t_backup: Duration,
+    /// the bolt commit (writes + 2 fdatasync).
+    pub t_commit: Duration,
+    /// re-read from disk + sha256 + manifest.
+    pub t_after: Duration,
+}
+
+/// One container bucket as found in meta.db.
+struct Found<'a> {
+    ns: String,
+    id: String,
+    ext: Option<(&'static str, &'a [u8])>,
+    ext_problem: Option<String>,
+    labels: BTreeMap<String, String>,
+    image: Option<String>,
+}
+
+fn corrupt(path: &Path, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        location: path.display().to_string(),
+        reason: e.to_string(),
+    }
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `flock(fd, op | LOCK_NB)`: Ok(true) locked, Ok(false) held by someone else.
+fn try_flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
+    loop {
+        // SAFETY: plain syscall on a valid fd.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            Some(libc::EINTR) => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
+fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found<'a>>, bolt::BoltError> {
+    let v1 = view
+        .bucket(root, b"v1", "bucket v1")?
+        .ok_or_else(|| bolt::BoltError::new("bucket v1", "missing: this is not a containerd metadata store (schema v1), or containerd never initialised it"))?;
+    let mut namespaces = Vec::new();
+    view.for_each(v1, &mut |e| {
+        if e.is_bucket() {
+            namespaces.push(e);
+        }
+        Ok(())
+    })?;
+    let mut out = Vec::new();
+    for nse in namespaces {
+        let ns = lossy(nse.key);
+        let (nsr, _) = bolt::bucket_root(nse.value, &format!("bucket v1/{ns}"))?;
+        let at = format!("bucket v1/{ns}/containers");
+        let Some(containers) = view.bucket(nsr, b"containers", &at)? else {
+            continue;
+        };
+        let mut ctrs = Vec::new();
+        view.for_each(containers, &mut |e| {
+            if e.is_bucket() {
+                ctrs.push(e);
+            }
+            Ok(())
+        })?;
+        for ce in ctrs {
+            let id = lossy(ce.key);
+            let at = format!("bucket v1/{ns}/containers/{id}");
+            let (cr, _) = bolt::bucket_root(ce.value, &at)?;
+            let mut f = Found {
+                ns: ns.clone(),
+                id,
+                ext: None,
+                ext_problem: None,
+                labels: BTreeMap::new(),
+                image: None,
+            };
+            let mut subs = Vec::new();
+            view.for_each(cr, &mut |e| {
+                match (e.key, e.is_bucket()) {
+                    (b"image", false) => f.image = Some(lossy(e.value)),
+                    (b"labels", true) | (b"extensions", true) => subs.push(e),
+                    _ => {}
+                }
+                Ok(())
+            })?;
+            for s in subs {
+                let (sr, _) = bolt::bucket_root(s.value, &format!("{at}/{}", lossy(s.key)))?;
+                if s.key == b"labels" {
+                    view.for_each(sr, &mut |e| {
+                        if !e.is_bucket() {
+                            f.labels.insert(lossy(e.key), lossy(e.value));
+                        }
+                        Ok(())
+                    })?;
+                } else {
+                    for name in [cri::CONTAINER_EXT, cri::SANDBOX_EXT] {
+                        if f.ext.is_some() {
+                            break;
+                        }
+                        match view.get(sr, name.as_bytes())? {
+                            Some(e) if e.is_bucket() => {
+                                f.ext_problem =
+                                    Some(format!("extension {name} is a bucket, not a value"))
+                            }
+                            Some(e) => f.ext = Some((name, e.value)),
+                            None => {}
+                        }
+                    }
+                }
+            }
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
+fn valid_hash(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 16
+        && h.bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
+
+impl ContainerdStore {
+    /// A store under the containerd `root`; the running check probes [`DEFAULT_SOCKET`].
+    pub fn open(root: &Path) -> Result<Self, StoreError> {
+        Self::with_options(root, ContainerdOptions::default())
+    }
+
+    pub fn with_options(root: &Path, options: ContainerdOptions) -> Result<Self, StoreError> {
+        if !root.is_dir() {
+            return Err(StoreError::RootMissing(root.to_path_buf()));
+        }
+        let db_path = root.join(META_DB);
+        match std::fs::symlink_metadata(&db_path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Err(corrupt(&db_path, "is not a regular file")),
+            Err(e) => return Err(StoreError::io(&db_path, e)),
+        }
+        Ok(ContainerdStore {
+            root: root.to_path_buf(),
+            db_path,
+            socket: options
+                .socket
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)),
+        })
+    }
+
+    /// `<root>/io.containerd.metadata.v1.bolt/meta.db`.
+    pub fn meta_db_path(&self) -> &Path {
+        &self.db_path
+    }
+
+    fn open_db_file(&self, write: bool) -> Result<File, StoreError> {
+        OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&self.db_path)
+            .map_err(|e| StoreError::io(&self.db_path, e))
+    }
+
+    fn running(&self, evidence: String) -> StoreError {
+        StoreError::RuntimeRunning {
+            runtime: "containerd",
+            evidence,
+        }
+    }
+
+    fn locked_evidence(&self) -> String {
+        format!(
+            "{} is flock-ed by another process (containerd holds that lock for as long as it runs)",
+            self.db_path.display()
+        )
+    }
+
+    fn check_socket(&self) -> Result<(), StoreError> {
+        if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+            return Err(self.running(format!(
+                "socket {} accepts connections",
+                self.socket.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs bbolt's consistency check on the current meta.db (read-only, shared lock when
+    /// free, else a private copy). For tests and the live-daemon checks.
+    pub fn check_file(&self) -> Result<CheckReport, StoreError> {
+        let (db, _) = self.read_db()?;
+        Ok(bolt::check::check(&db.view(), &db.meta))
+    }
+
+    /// meta.db opened for reading: mapped under a shared flock when it is free, otherwise a
+    /// private snapshot (second value: a warning).
+    fn read_db(&self) -> Result<(Db, Option<String>), StoreError> {
+        let file = self.open_db_file(false)?;
+        let locked =
+            try_flock(&file, libc::LOCK_SH).map_err(|e| StoreError::io(&self.db_path, e))?;
+        if locked {
+            let db = Db::map(&file).map_err(|e| corrupt(&self.db_path, e))?;
+            // The mapping stays valid after the lock is released with the fd; containerd
+            // only ever grows the file.
+            Ok((db, None))
+        } else {
+            let bytes =
+                std::fs::read(&self.db_path).map_err(|e| StoreError::io(&self.db_path, e))?;
+            let db = Db::from_bytes(bytes).map_err(|e| corrupt(&self.db_path, e))?;
+            Ok((
+                db,
+                Some(format!(
+                    "{}; scanned a snapshot that may already be stale",
+                    self.locked_evidence()
+                )),
+            ))
+        }
+    }
+
+    fn pid_of(&self, id: &str) -> (Option<u32>, Option<String>) {
+        let p = self.root.join(CRI_CONTAINERS).join(id).join("status");
+        let bytes = match std::fs::read(&p) {
+            Ok(b) => b,
+            Err(_) => return (None, None),
+        };
+        match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(v) => match v.get("Pid").and_then(|p| p.as_u64()) {
+                Some(0) | None => (None, None),
+                Some(pid) => (u32::try_from(pid).ok(), None),
+            },
+            Err(e) => (
+                None,
+                Some(format!(
+                    "CRI status file {} does not decode: {e}",
+                    p.display()
+                )),
+            ),
+        }
+    }
+
+    fn record(&self, f: &Found<'_>) -> StoreRecord {
+        let location = format!("{}:v1/{}/containers/{}", self.db_path.display(), f.ns, f.id);
+        let mut r = StoreRecord::new(f.id.clone(), RecordKind::NotKubernetes, location);
+        r.image = f.image.clone();
+        let kind_label = f.labels.get(KIND_LABEL).map(String::as_str);
+        let Some((ext, raw)) = f.ext else {
+            if let Some(p) = &f.ext_problem {
+                r.kind = RecordKind::Undecodable;
+                r.problem = Some(p.clone());
+            } else if matches!(kind_label, Some("container") | Some("sandbox")) {
+                r.kind = RecordKind::Undecodable;
+                r.problem = Some(format!(
+                    "labelled {KIND_LABEL}={} but carries no CRI extension; the CRI plugin skips it",
+                    kind_label.unwrap_or_default()
+                ));
+            }
+            return r;
+        };
+        let sandbox = ext == cri::SANDBOX_EXT;
+        let url = if sandbox {
+            cri::SANDBOX_TYPE_URL
+        } else {
+            cri::CONTAINER_TYPE_URL
+        };
+        match cri::decode(raw, url) {
+            Err(e) => {
+                r.kind = RecordKind::Undecodable;
+                r.problem = Some(format!(
+                    "extension {ext}: {e}; the CRI plugin would drop this record on restart"
+                ));
+            }
+            Ok((d, _)) => {
+                let label = |k: &str| d.labels.get(k).or_else(|| f.labels.get(k)).cloned();
+                r.pod = label(POD_NAME);
+                r.namespace = label(POD_NAMESPACE);
+                r.pod_uid = label(POD_UID);
+                r.attempt = d.attempt;
+                if sandbox {
+                    r.kind = RecordKind::Sandbox;
+                    r.pod = r.pod.or(d.meta_name.clone());
+                    r.namespace = r.namespace.or(d.meta_namespace.clone());
+                    r.pod_uid = r.pod_uid.or(d.meta_uid.clone());
+                } else {
+                    r.kind = RecordKind::Container;
+                    r.container = d.meta_name.clone().or_else(|| label(CONTAINER_NAME));
+                    r.hash = d.annotations.get(HASH_ANNOTATION).cloned();
+                    r.hash_without_resources = d
+                        .annotations
+                        .get(HASH_WITHOUT_RESOURCES_ANNOTATION)
+                        .cloned();
+                    if r.image.is_none() {
+                        r.image = d.config_image.clone();
+                    }
+                    let (pid, problem) = self.pid_of(&f.id);
+                    r.pid = pid;
+                    r.problem = problem;
+                    if d.id.as_deref().is_some_and(|id| id != f.id) {
+                        r.problem = Some(format!(
+                            "metadata ID {:?} differs from the bucket name",
+                            d.id.unwrap_or_default()
+                        ));
+                    }
+                    if r.hash.is_none() {
+                        r.problem
+                            .get_or_insert_with(|| format!("no {HASH_ANNOTATION} annotation"));
+                    }
+                }
+            }
+        }
+        r
+    }
+
+    /// [`RuntimeStore::apply`] with timings and bolt figures.
+    pub fn apply_detailed(
+        &self,
+        rewrites: &[Rewrite],
+        backup: &mut Backup,
+    ) -> Result<(ApplyOutcome, ApplyStats), StoreError> {
+        let mut st = ApplyStats::default();
+        let t0 = Instant::now();
+        let mut seen = std::collections::HashSet::new();
+        for rw in rewrites {
+            if !seen.insert(rw.id.as_str()) {
+                return Err(StoreError::Refused(format!(
+                    "container {} is listed twice",
+                    rw.id
+                )));
+            }
+            for h in std::iter::once(&rw.hash).chain(rw.hash_without_resources.iter()) {
+                if !valid_hash(h) {
+                    return Err(StoreError::Refused(format!(
+                        "new hash {h:?} for container {} is not a kubelet hash (1-16 lowercase hex digits)",
+                        rw.id
+                    )));
+                }
+            }
+        }
+        let file = self.open_db_file(true)?;
+        if !try_flock(&file, libc::LOCK_EX).map_err(|e| StoreError::io(&self.db_path, e))? {
+            return Err(self.running(self.locked_evidence()));
+        }
+        self.check_socket()?;
+        let fmeta = FileMeta::of(
+            &file
+                .metadata()
+                .map_err(|e| StoreError::io(&self.db_path, e))?,
+        );
+        let db = Db::map(&file).map_err(|e| corrupt(&self.db_path, e))?;
+        st.txid_before = db.meta.txid;
+        st.hwm_before = db.meta.hwm;
+        st.freelist_synced = db.meta.freelist_synced();
+        st.file_len_before = db.data.len() as u64;
+        let view = db.view();
+        let report = bolt::check::check(&view, &db.meta);
+        if !report.is_ok() {
+            return Err(corrupt(
+                &self.db_path,
+                format!(
+                    "fails bbolt's consistency check, refusing to write: {}",
+                    report.summary()
+                ),
+            ));
+        }
+        let found = collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?;
+        st.containers_seen = found.len();
+        let mut by_id: HashMap<&str, Vec<&Found>> = HashMap::new();
+        for f in &found {
+            by_id.entry(f.id.as_str()).or_default().push(f);
+        }
+        st.t_read = t0.elapsed();
+
+        let t1 = Instant::now();
+        let mut outcome = ApplyOutcome::default();
+        let mut edits = write::Edits::default();
+        let mut expected: Vec<(Vec<Vec<u8>>, Vec<u8>)> = Vec::new();
+        for rw in rewrites {
+            let cands = by_id.get(rw.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+            let f = match cands {
+                [] => return Err(StoreError::UnknownRecord(rw.id.clone())),
+                [f] => *f,
+                many => {
+                    return Err(StoreError::Refused(format!(
+                        "container id {} exists in {} namespaces ({}); refusing to guess",
+                        rw.id,
+                        many.len(),
+                        many.iter()
+                            .map(|f| f.ns.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )))
+                }
+            };
+            let loc = format!("{}:v1/{}/containers/{}", self.db_path.display(), f.ns, f.id);
+            let raw = match f.ext {
+                Some((cri::CONTAINER_EXT, raw)) => raw,
+                Some(_) => {
+                    return Err(StoreError::Refused(format!(
+                        "{loc} is a pod sandbox; it carries no container hash"
+                    )))
+                }
+                None => {
+                    return Err(StoreError::Refused(format!(
+                        "{loc} carries no CRI container extension (not a Kubernetes container)"
+                    )))
+                }
+            };
+            let (d, _) =
+                cri::decode(raw, cri::CONTAINER_TYPE_URL).map_err(|e| StoreError::Corrupt {
+                    location: loc.clone(),
+                    reason: format!(
+                        "extension {}: {e}; refusing to rewrite it",
+                        cri::CONTAINER_EXT
+                    ),
+                })?;
+            let mut changes: Vec<(&str, &str)> = Vec::new();
+            match d.annotations.get(HASH_ANNOTATION) {
+                None => {
+                    return Err(StoreError::Corrupt {
+                        location: loc,
+                        reason: format!("no {HASH_ANNOTATION} annotation to rewrite"),
+                    })
+                }
+                Some(cur) if cur == &rw.hash => {}
+                Some(_) => changes.push((HASH_ANNOTATION, rw.hash.as_str())),
+            }
+            if let (Some(new), Some(cur)) = (
+                &rw.hash_without_resources,
+                d.annotations.get(HASH_WITHOUT_RESOURCES_ANNOTATION),
+            ) {
+                if cur != new {
+                    changes.push((HASH_WITHOUT_RESOURCES_ANNOTATION, new.as_str()));
+                }
+            }
+            if changes.is_empty() {
+                outcome.already.push(rw.id.clone());
+                continue;
+            }
+            let new_raw =
+                cri::rewrite_extension(raw, &changes).map_err(|e| StoreError::Verify {
+                    location: loc.clone(),
+                    reason: e,
+                })?;
+            let path: Vec<Vec<u8>> = vec![
+                b"v1".to_vec(),
+                f.ns.as_bytes().to_vec(),
+                b"containers".to_vec(),
+                f.id.as_bytes().to_vec(),
+                b"extensions".to_vec(),
+            ];
+            let pref: Vec<&[u8]> = path.iter().map(Vec::as_slice).collect();
+            edits.put(&pref, cri::CONTAINER_EXT.as_bytes(), new_raw.clone());
+            expected.push((path, new_raw));
+            outcome.changed.push(rw.id.clone());
+        }
+        if edits.is_empty() {
+            st.t_plan = t1.elapsed();
+            return Ok((outcome, st));
+        }
+        let plan = write::plan(&db, &report, &edits).map_err(|e| corrupt(&self.db_path, e))?;
+        st.t_plan = t1.elapsed();
+
+        // Verify the new tree before a single byte is written.
+        let t2 = Instant::now();
+        let planned = plan.view(&db.data);
+        let rep2 = bolt::check::check(&planned, &plan.new_meta);
+        if !rep2.is_ok() {
+            return Err(StoreError::Verify {
+                location: self.db_path.display().to_string(),
+                reason: format!(
+                    "the planned transaction fails bbolt's consistency check: {}",
+                    rep2.summary()
+                ),
+            });
+        }
+        verify_values(&planned, Root::Page(plan.new_meta.root), &expected).map_err(|reason| {
+            StoreError::Verify {
+                location: self.db_path.display().to_string(),
+                reason,
+            }
+        })?;
+        st.t_verify = t2.elapsed();
+
+        let t3 = Instant::now();
+        backup.save(&self.db_path, &db.data, fmeta, None)?;
+        backup.commit()?;
+        st.t_backup = t3.elapsed();
+
+        let t4 = Instant::now();
+        let cs = write::commit(&file, &db.data, &plan).map_err(|e| {
+            StoreError::io(
+                &self.db_path,
+                std::io::Error::new(e.source.kind(), format!("bolt commit: {e}")),
+            )
+        })?;
+        st.t_commit = t4.elapsed();
+
+        let t5 = Instant::now();
+        drop(db);
+        let after =
+            Db::map(&file).map_err(|e| corrupt(&self.db_path, format!("after commit: {e}")))?;
+        if after.meta.txid != plan.new_meta.txid || after.meta.root != plan.new_meta.root {
+            return Err(StoreError::Verify {
+                location: self.db_path.display().to_string(),
+                reason: format!(
+                    "after commit the file's newest meta is txid {}, expected {}",
+                    after.meta.txid, plan.new_meta.txid
+                ),
+            });
+        }
+        verify_values(&after.view(), after.root(), &expected).map_err(|reason| {
+            StoreError::Verify {
+                location: self.db_path.display().to_string(),
+                reason: format!("after commit: {reason}"),
+            }
+        })?;
+        backup.set_new_sha256(&self.db_path, sha256_hex(&after.data));
+        backup.finish()?;
+        st.t_after = t5.elapsed();
+
+        st.values_changed = outcome.changed.len();
+        st.txid_after = plan.new_meta.txid;
+        st.hwm_after = plan.new_meta.hwm;
+        st.pages_reused = plan.reused_pages;
+        st.pages_appended = plan.appended_pages;
+        st.pages_written = cs.pages_written;
+        st.bytes_written = cs.bytes_written;
+        st.file_len_after = cs.file_len_after;
+        outcome.files_written = 1;
+        outcome.bytes_written = cs.bytes_written;
+        Ok((outcome, st))
+    }
+}
+
+fn verify_values(
+    view: &View<'_>,
+    root: Root<'_>,
+    expected: &[(Vec<Vec<u8>>, Vec<u8>)],
+) -> Result<(), String> {
+    for (path, value) in expected {
+        let mut r = root;
+        for b in path {
+            r = view
+                .bucket(r, b, "verify")
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("bucket {} vanished", lossy(b)))?;
+        }
+        let got = view
+            .get(r, cri::CONTAINER_EXT.as_bytes())
+            .map_err(|e| e.to_string())?;
+        if got.map(|e| e.value) != Some(value.as_slice()) {
+            return Err(format!(
+                "value at {}/{} does not read back as written",
+                path.iter().map(|p| lossy(p)).collect::<Vec<_>>().join("/"),
+                cri::CONTAINER_EXT
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl RuntimeStore for ContainerdStore {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Containerd
+    }
+
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn scan(&self) -> Result<ScanReport, StoreError> {
+        let (db, warning) = self.read_db()?;
+        let mut report = ScanReport::default();
+        report.warnings.extend(warning);
+        let view = db.view();
+        let check = bolt::check::check(&view, &db.meta);
+        if !check.structural.is_empty() {
+            return Err(corrupt(
+                &self.db_path,
+                format!("damaged bolt file: {}", check.summary()),
+            ));
+        }
+        if !check.freelist.is_empty() {
+            report.warnings.push(format!(
+                "{}: the freelist is inconsistent ({}); containerd can read the file but this tool will not write it",
+                self.db_path.display(),
+                check.summary()
+            ));
+        }
+        let found = collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?;
+        report.records = found.iter().map(|f| self.record(f)).collect();
+        Ok(report)
+    }
+
+    fn ensure_stopped(&self) -> Result<(), StoreError> {
+        let file = self.open_db_file(false)?;
+        if !try_flock(&file, libc::LOCK_EX).map_err(|e| StoreError::io(&self.db_path, e))? {
+            return Err(self.running(self.locked_evidence()));
+        }
+        // SAFETY: plain syscall on a valid fd; closing the fd would release it too.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        drop(file);
+        self.check_socket()
+    }
+
+    fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
+        self.apply_detailed(rewrites, backup).map(|(o, _)| o)
+    }
+}

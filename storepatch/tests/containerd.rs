@@ -1,0 +1,1048 @@
+//! File-level tests of the containerd back-end on the bundled real meta.db files
+//! (fixtures/stores/containerd-1.6.20, fixtures/nodes/containerd-1.{6,7}) and on every bad
+//! input the issue lists. The live-daemon tests are in containerd_live.rs.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use storepatch::backup::{self, Backup};
+use storepatch::containerd::bolt::{self, check::check, Db, DumpEntry, Root};
+use storepatch::containerd::{cri, ContainerdOptions, ContainerdStore, META_DB};
+use storepatch::{RecordKind, Rewrite, RuntimeStore, StoreError, StoreRecord};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+}
+fn store_dir() -> PathBuf {
+    fixtures().join("stores/containerd-1.6.20")
+}
+
+fn gunzip(p: &Path) -> Vec<u8> {
+    let out = std::process::Command::new("gzip")
+        .arg("-dc")
+        .arg(p)
+        .output()
+        .expect("run gzip");
+    assert!(out.status.success(), "gzip -dc {}", p.display());
+    out.stdout
+}
+
+/// A private containerd root holding `db` as meta.db (and CRI status files, when given).
+struct Root_ {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Root_ {
+    fn new(db: &[u8], status: &[(String, Vec<u8>)]) -> Root_ {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("containerd");
+        Self::fill(&root, db, status);
+        Root_ { _dir: dir, root }
+    }
+    fn fill(root: &Path, db: &[u8], status: &[(String, Vec<u8>)]) {
+        let p = root.join(META_DB);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, db).unwrap();
+        for (id, bytes) in status {
+            let d = root.join("io.containerd.grpc.v1.cri/containers").join(id);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("status"), bytes).unwrap();
+        }
+    }
+    fn db(&self) -> PathBuf {
+        self.root.join(META_DB)
+    }
+    fn store(&self) -> ContainerdStore {
+        store_at(&self.root)
+    }
+}
+
+fn store_at(root: &Path) -> ContainerdStore {
+    // A socket path nobody listens on: the flock is the running check under test here.
+    ContainerdStore::with_options(
+        root,
+        ContainerdOptions {
+            socket: Some(root.join("no-such.sock")),
+        },
+    )
+    .unwrap()
+}
+
+fn store_status() -> Vec<(String, Vec<u8>)> {
+    fs::read_dir(store_dir().join("cri-status"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".status")
+                .to_string();
+            (name, fs::read(e.path()).unwrap())
+        })
+        .collect()
+}
+
+fn node_root(v: &str) -> PathBuf {
+    fixtures().join(format!("nodes/containerd-{v}/var/lib/containerd"))
+}
+
+/// Copies a node's containerd root (meta.db + CRI status files).
+fn node_copy(v: &str) -> Root_ {
+    let src = node_root(v);
+    let status: Vec<(String, Vec<u8>)> =
+        fs::read_dir(src.join("io.containerd.grpc.v1.cri/containers"))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    fs::read(e.path().join("status")).unwrap(),
+                )
+            })
+            .collect();
+    Root_::new(&fs::read(src.join(META_DB)).unwrap(), &status)
+}
+
+fn by_id(records: &[StoreRecord]) -> HashMap<String, StoreRecord> {
+    records.iter().map(|r| (r.id.clone(), r.clone())).collect()
+}
+
+fn json(p: &Path) -> Value {
+    serde_json::from_slice(&fs::read(p).unwrap()).unwrap()
+}
+
+fn new_backup(tag: &str) -> (tempfile::TempDir, Backup, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join(tag);
+    let b = Backup::create(&p, "containerd", Path::new("/")).unwrap();
+    (d, b, p)
+}
+
+fn check_clean(path: &Path) -> bolt::check::CheckReport {
+    let db = Db::read_path(path).unwrap();
+    let r = check(&db.view(), &db.meta);
+    assert!(
+        r.is_ok(),
+        "{}: bbolt check: {:?}",
+        path.display(),
+        r.errors()
+    );
+    r
+}
+
+type Kv = BTreeMap<(Vec<Vec<u8>>, Vec<u8>), (Option<Vec<u8>>, u64)>;
+fn kv(path: &Path) -> Kv {
+    Db::read_path(path)
+        .unwrap()
+        .dump()
+        .unwrap()
+        .into_iter()
+        .map(
+            |DumpEntry {
+                 path,
+                 key,
+                 value,
+                 sequence,
+             }| ((path, key), (value, sequence)),
+        )
+        .collect()
+}
+
+/// Keys whose values differ (same key set required).
+fn kv_diff(a: &Kv, b: &Kv) -> Vec<(Vec<Vec<u8>>, Vec<u8>)> {
+    assert_eq!(a.len(), b.len(), "key sets differ in size");
+    let mut out = Vec::new();
+    for (k, v) in a {
+        let w = b.get(k).unwrap_or_else(|| panic!("key {k:?} vanished"));
+        if v != w {
+            out.push(k.clone());
+        }
+    }
+    out
+}
+
+fn ext_path(ns: &str, id: &str) -> (Vec<Vec<u8>>, Vec<u8>) {
+    (
+        vec![
+            b"v1".to_vec(),
+            ns.as_bytes().to_vec(),
+            b"containers".to_vec(),
+            id.as_bytes().to_vec(),
+            b"extensions".to_vec(),
+        ],
+        cri::CONTAINER_EXT.as_bytes().to_vec(),
+    )
+}
+
+/// The containerd namespace from a record location `<file>:v1/<ns>/containers/<id>`.
+fn ns_of(r: &StoreRecord) -> &str {
+    r.location
+        .split(":v1/")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+}
+
+fn meta_page_freelist(path: &Path) -> u64 {
+    Db::read_path(path).unwrap().meta.freelist
+}
+
+// ---------------------------------------------------------------- scan
+
+/// (id → (pod, ns, uid, container, hash_before, hash_after)) from containers.json.
+fn store_expect() -> Vec<(String, String, String, String, String, String, String)> {
+    let mut out = Vec::new();
+    for pod in json(&store_dir().join("containers.json"))
+        .as_array()
+        .unwrap()
+    {
+        for c in pod["containers"].as_array().unwrap() {
+            out.push((
+                c["id"].as_str().unwrap().to_string(),
+                pod["pod"].as_str().unwrap().to_string(),
+                pod["namespace"].as_str().unwrap().to_string(),
+                pod["uid"].as_str().unwrap().to_string(),
+                c["name"].as_str().unwrap().to_string(),
+                c["hash_before"].as_str().unwrap().to_string(),
+                c["hash_after"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    out
+}
+
+fn assert_store_scan(file: &str, rewritten: bool) {
+    let r = Root_::new(&fs::read(store_dir().join(file)).unwrap(), &store_status());
+    let rep = r.store().scan().unwrap();
+    let recs = by_id(&rep.records);
+    assert_eq!(rep.records.len(), 9, "{file}: 6 containers + 3 sandboxes");
+    assert_eq!(
+        rep.records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Sandbox)
+            .count(),
+        3
+    );
+    let pids = json(&store_dir().join("cri-list-before.json"));
+    let pid_of = |id: &str| -> Option<u64> {
+        pids.as_array()
+            .and_then(|a| a.iter().find(|c| c["id"] == id))
+            .and_then(|c| c["pid"].as_u64())
+    };
+    for (id, pod, ns, uid, name, before, after) in store_expect() {
+        let before = if rewritten { after } else { before };
+        let rec = &recs[&id];
+        assert_eq!(rec.kind, RecordKind::Container, "{file} {id}");
+        assert_eq!(rec.pod.as_deref(), Some(pod.as_str()));
+        assert_eq!(rec.namespace.as_deref(), Some(ns.as_str()));
+        assert_eq!(rec.pod_uid.as_deref(), Some(uid.as_str()));
+        assert_eq!(rec.container.as_deref(), Some(name.as_str()));
+        assert_eq!(rec.attempt, Some(0));
+        assert_eq!(rec.hash.as_deref(), Some(before.as_str()), "{file} {name}");
+        let hwr = match name.as_str() {
+            "redis" => Some("6a7b8c9d"),
+            "agent" => Some("4e5f6071"),
+            _ => None,
+        };
+        assert_eq!(rec.hash_without_resources.as_deref(), hwr, "{name}");
+        assert_eq!(
+            rec.image
+                .as_deref()
+                .map(|i| i.starts_with("docker.io/library/storetest-")),
+            Some(true),
+            "{:?}",
+            rec.image
+        );
+        if let Some(p) = pid_of(&id) {
+            assert_eq!(
+                rec.pid.map(u64::from),
+                Some(p),
+                "{name} pid from the CRI status file"
+            );
+        }
+        assert!(rec.pid.is_some(), "{name} has a pid");
+        assert!(rec.problem.is_none(), "{name}: {:?}", rec.problem);
+    }
+}
+
+#[test]
+fn scan_store_fixture_synced_freelist() {
+    assert_store_scan("meta.db.before", false);
+    assert_store_scan("meta.db.after-restart", true);
+}
+
+#[test]
+fn scan_store_fixture_nofreelistsync() {
+    assert_eq!(
+        meta_page_freelist(&store_dir().join("meta.db.nofreelist")),
+        u64::MAX
+    );
+    assert_store_scan("meta.db.nofreelist", false);
+}
+
+#[test]
+fn check_passes_on_every_bundled_file() {
+    for f in [
+        "meta.db.before",
+        "meta.db.after-bboltrs",
+        "meta.db.after-restart",
+        "meta.db.nofreelist",
+    ] {
+        check_clean(&store_dir().join(f));
+    }
+    for v in ["1.6", "1.7"] {
+        check_clean(&node_root(v).join(META_DB));
+    }
+    for v in [
+        "V1-synced",
+        "V2-compact",
+        "V3-compact-rewritten",
+        "V4-nofreelistsync",
+    ] {
+        let bytes = gunzip(&fixtures().join(format!("nodes/containerd-1.7/step4/{v}.meta.db.gz")));
+        let db = Db::from_bytes(bytes).unwrap();
+        let r = check(&db.view(), &db.meta);
+        assert!(r.is_ok(), "{v}: {:?}", r.errors());
+    }
+}
+
+fn assert_node_scan(v: &str, root: &Path) {
+    let exp = json(&fixtures().join(format!("nodes/containerd-{v}/expected.json")));
+    let before = json(&fixtures().join(format!("nodes/containerd-{v}/runtime-before.json")));
+    let rep = store_at(root).scan().unwrap();
+    let recs = by_id(&rep.records);
+    let rows = exp["containers"].as_array().unwrap();
+    assert_eq!(
+        rep.records.len(),
+        rows.len(),
+        "containerd-{v}: one record per runtime container"
+    );
+    for row in rows {
+        let id = row["id"].as_str().unwrap();
+        let rec = recs.get(id).unwrap_or_else(|| panic!("{v}: {id} missing"));
+        assert_eq!(rec.pod.as_deref(), row["pod"]["name"].as_str(), "{id}");
+        assert_eq!(
+            rec.namespace.as_deref(),
+            row["pod"]["namespace"].as_str(),
+            "{id}"
+        );
+        assert_eq!(rec.pod_uid.as_deref(), row["pod"]["uid"].as_str(), "{id}");
+        if row["kind"] == "sandbox" {
+            assert_eq!(rec.kind, RecordKind::Sandbox, "{id}");
+            continue;
+        }
+        assert_eq!(rec.kind, RecordKind::Container, "{id}");
+        assert_eq!(rec.container.as_deref(), row["container_name"].as_str());
+        assert_eq!(rec.attempt.map(u64::from), row["attempt"].as_u64());
+        assert_eq!(rec.hash.as_deref(), row["stored_hash"].as_str(), "{id}");
+        assert_eq!(
+            rec.hash_without_resources.as_deref(),
+            row["stored_hash_without_resources"].as_str(),
+            "{id}"
+        );
+        // containerd stores the normalized reference of the image the kubelet asked for
+        assert_eq!(
+            rec.image,
+            row["image_in_runtime"].as_str().map(normalize_ref),
+            "{id}"
+        );
+        let rb = before["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap();
+        if rb["state"] == "CONTAINER_RUNNING" {
+            assert_eq!(rec.pid.map(u64::from), rb["pid"].as_u64(), "{id} pid");
+        }
+    }
+}
+
+#[test]
+fn scan_node_fixtures() {
+    assert_node_scan("1.6", &node_root("1.6"));
+    assert_node_scan("1.7", &node_root("1.7"));
+    // 1.7 writes with NoFreelistSync: the tool must read that layout.
+    assert_eq!(
+        meta_page_freelist(&node_root("1.7").join(META_DB)),
+        u64::MAX
+    );
+    assert_ne!(
+        meta_page_freelist(&node_root("1.6").join(META_DB)),
+        u64::MAX
+    );
+}
+
+/// Docker-style reference normalization (what containerd's CRI stores as the image name).
+fn normalize_ref(r: &str) -> String {
+    let first = r.split('/').next().unwrap();
+    let mut out = if !r.contains('/') {
+        format!("docker.io/library/{r}")
+    } else if !(first.contains('.') || first.contains(':') || first == "localhost") {
+        format!("docker.io/{r}")
+    } else {
+        r.to_string()
+    };
+    let last = out.rsplit('/').next().unwrap();
+    if !last.contains(':') && !out.contains('@') {
+        out.push_str(":latest");
+    }
+    out
+}
+
+fn bulk_rows() -> Vec<Vec<String>> {
+    fs::read_to_string(store_dir().join("bulk-containers.tsv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+fn bulk_root() -> Root_ {
+    Root_::new(&gunzip(&store_dir().join("meta-bulk-2000.db.gz")), &[])
+}
+
+// ---------------------------------------------------------------- apply
+
+/// Applies `rewrites`, then checks: bbolt check clean, freelist layout kept, exactly the
+/// intended values changed (full dumps), every changed value decodes with the new hashes,
+/// rerun is idempotent, rollback restores the bytes.
+fn apply_and_verify(r: &Root_, rewrites: &[Rewrite], synced: bool) -> Vec<u8> {
+    let path = r.db();
+    let orig = fs::read(&path).unwrap();
+    let before = kv(&path);
+    let store = r.store();
+    let scan = by_id(&store.scan().unwrap().records);
+    let (_d, mut b, bdir) = new_backup("b1");
+    let (out, st) = store.apply_detailed(rewrites, &mut b).unwrap();
+    assert_eq!(out.changed.len(), rewrites.len(), "{out:?}");
+    assert_eq!(out.files_written, 1);
+    assert_eq!(st.txid_after, st.txid_before + 1);
+    assert_eq!(out.bytes_written, st.bytes_written);
+    check_clean(&path);
+    assert_eq!(
+        meta_page_freelist(&path) != u64::MAX,
+        synced,
+        "freelist layout kept"
+    );
+    let after = kv(&path);
+    let mut diff = kv_diff(&before, &after);
+    diff.sort();
+    let mut want: Vec<_> = rewrites
+        .iter()
+        .map(|rw| ext_path(ns_of(&scan[&rw.id]), &rw.id))
+        .collect();
+    want.sort();
+    assert_eq!(diff, want, "only the rewritten extension values changed");
+    for rw in rewrites {
+        let k = ext_path(ns_of(&scan[&rw.id]), &rw.id);
+        let old = before[&k].0.as_ref().unwrap();
+        let new = after[&k].0.as_ref().unwrap();
+        let (d, _) = cri::decode(new, cri::CONTAINER_TYPE_URL).unwrap();
+        assert_eq!(d.annotations["io.kubernetes.container.hash"], rw.hash);
+        // byte-surgical: same length hashes give same-length values differing only in the hash
+        if rw.hash.len() == scan[&rw.id].hash.as_ref().unwrap().len()
+            && rw.hash_without_resources.is_none()
+        {
+            assert_eq!(old.len(), new.len());
+            let ndiff = old.iter().zip(new).filter(|(a, b)| a != b).count();
+            assert!(ndiff <= rw.hash.len(), "{ndiff} bytes differ");
+        }
+    }
+    let rescan = by_id(&store.scan().unwrap().records);
+    for rw in rewrites {
+        assert_eq!(rescan[&rw.id].hash.as_deref(), Some(rw.hash.as_str()));
+    }
+    let new_bytes = fs::read(&path).unwrap();
+    // manifest
+    let m = backup::read_manifest(&bdir).unwrap();
+    assert_eq!(m.state, "applied");
+    assert_eq!(m.entries.len(), 1);
+    assert_eq!(m.entries[0].sha256_original, backup::sha256_hex(&orig));
+    assert_eq!(
+        m.entries[0].sha256_new.as_deref(),
+        Some(backup::sha256_hex(&new_bytes).as_str())
+    );
+    // idempotent rerun: nothing written, nothing backed up
+    let (_d2, mut b2, _) = new_backup("b2");
+    let again = store.apply(rewrites, &mut b2).unwrap();
+    assert!(
+        again.changed.is_empty() && again.already.len() == rewrites.len(),
+        "{again:?}"
+    );
+    assert_eq!(again.files_written, 0);
+    assert_eq!(fs::read(&path).unwrap(), new_bytes, "rerun wrote nothing");
+    assert!(b2.entries().is_empty());
+    // rollback restores every byte
+    let rb = backup::rollback(&bdir, false).unwrap();
+    assert_eq!(rb.files[0].1, backup::RollbackAction::Restored);
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        orig,
+        "rollback restored meta.db byte for byte"
+    );
+    new_bytes
+}
+
+#[test]
+fn apply_store_fixture_matches_reference_edit() {
+    for (file, synced) in [("meta.db.before", true), ("meta.db.nofreelist", false)] {
+        let r = Root_::new(&fs::read(store_dir().join(file)).unwrap(), &store_status());
+        let rewrites: Vec<Rewrite> = store_expect()
+            .into_iter()
+            .map(|(id, .., after)| Rewrite {
+                id,
+                hash: after,
+                hash_without_resources: None,
+            })
+            .collect();
+        let new = apply_and_verify(&r, &rewrites, synced);
+        // the values equal the reference edit (bbolt-rs byte replacement, accepted by containerd)
+        let db = Db::from_bytes(new).unwrap();
+        for rw in &rewrites {
+            let want =
+                fs::read(store_dir().join(format!("ext/{}.container.metadata.after.any", rw.id)))
+                    .unwrap();
+            let mut root: Root = db.root();
+            let (p, k) = ext_path("k8s.io", &rw.id);
+            for b in &p {
+                root = db.view().bucket(root, b, "t").unwrap().unwrap();
+            }
+            assert_eq!(
+                db.view().get(root, &k).unwrap().unwrap().value,
+                &want[..],
+                "{file} {}",
+                rw.id
+            );
+        }
+    }
+}
+
+fn node_rewrites(v: &str, grow: bool) -> Vec<Rewrite> {
+    let exp = json(&fixtures().join(format!("nodes/containerd-{v}/expected.json")));
+    let target = exp["targets"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string();
+    exp["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "container")
+        .map(|r| {
+            let mut hash = r["targets"][&target]["hash"]
+                .as_str()
+                .unwrap_or("deadbeef")
+                .to_string();
+            if grow {
+                hash = format!("{hash}0123456")[..16.min(hash.len() + 7)].to_string();
+            }
+            Rewrite {
+                id: r["id"].as_str().unwrap().to_string(),
+                hash_without_resources: r["stored_hash_without_resources"]
+                    .as_str()
+                    .map(|_| hash.clone()),
+                hash,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn apply_node_fixtures_both_layouts() {
+    for (v, synced) in [("1.6", true), ("1.7", false)] {
+        let r = node_copy(v);
+        let rw = node_rewrites(v, false);
+        assert!(rw.len() >= 25);
+        apply_and_verify(&r, &rw, synced);
+        // values that grow by 7 bytes (and hashWithoutResources too)
+        let r = node_copy(v);
+        apply_and_verify(&r, &node_rewrites(v, true), synced);
+    }
+}
+
+#[test]
+fn apply_bulk_2000_in_one_transaction() {
+    let r = bulk_root();
+    let rows = bulk_rows();
+    let recs = by_id(&r.store().scan().unwrap().records);
+    assert_eq!(
+        recs.values()
+            .filter(|r| r.kind == RecordKind::Container)
+            .count(),
+        2000
+    );
+    assert_eq!(
+        recs.values()
+            .filter(|r| r.kind == RecordKind::Sandbox)
+            .count(),
+        100
+    );
+    for row in &rows {
+        let rec = &recs[&row[0]];
+        assert_eq!(rec.hash.as_deref(), Some(row[6].as_str()));
+        assert_eq!(rec.pod.as_deref(), Some(row[2].as_str()));
+        assert_eq!(rec.container.as_deref(), Some(row[5].as_str()));
+    }
+    let rewrites: Vec<Rewrite> = rows
+        .iter()
+        .map(|row| Rewrite {
+            id: row[0].clone(),
+            hash: format!(
+                "{:08x}",
+                u32::from_str_radix(&row[6], 16).unwrap() ^ 0xffff_ffff
+            ),
+            hash_without_resources: None,
+        })
+        .collect();
+    let len_before = fs::metadata(r.db()).unwrap().len();
+    let (_d, mut b, _) = new_backup("bulk");
+    let (out, st) = r.store().apply_detailed(&rewrites, &mut b).unwrap();
+    assert_eq!(out.changed.len(), 2000);
+    check_clean(&r.db());
+    // bytes written scale with what changed, far below the file size
+    assert!(st.bytes_written < len_before, "{st:?}");
+    let recs = by_id(&r.store().scan().unwrap().records);
+    for rw in &rewrites {
+        assert_eq!(recs[&rw.id].hash.as_deref(), Some(rw.hash.as_str()));
+    }
+}
+
+#[test]
+fn apply_few_writes_few_pages() {
+    let r = bulk_root();
+    let row = &bulk_rows()[1234];
+    let (_d, mut b, _) = new_backup("one");
+    let (_, st) = r
+        .store()
+        .apply_detailed(
+            &[Rewrite {
+                id: row[0].clone(),
+                hash: "0000beef".into(),
+                hash_without_resources: None,
+            }],
+            &mut b,
+        )
+        .unwrap();
+    // one leaf + its ancestors + freelist + meta, not the 42 MB file
+    assert!(st.pages_written <= 16, "{st:?}");
+    check_clean(&r.db());
+}
+
+// ---------------------------------------------------------------- bad input
+
+fn store_before() -> Vec<u8> {
+    fs::read(store_dir().join("meta.db.before")).unwrap()
+}
+
+fn some_rewrite() -> Vec<Rewrite> {
+    let (id, .., after) = store_expect().into_iter().next().unwrap();
+    vec![Rewrite {
+        id,
+        hash: after,
+        hash_without_resources: None,
+    }]
+}
+
+/// Every bad file: scan and apply fail with a message containing `want`, file unchanged.
+fn assert_refused(bytes: Vec<u8>, want: &str) {
+    let r = Root_::new(&bytes, &[]);
+    let store = r.store();
+    let e = store.scan().unwrap_err().to_string();
+    assert!(e.contains(want), "scan error {e:?} should mention {want:?}");
+    assert!(e.contains("meta.db"), "error names the file: {e}");
+    let (_d, mut b, _) = new_backup("bad");
+    let e = store
+        .apply(&some_rewrite(), &mut b)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(want),
+        "apply error {e:?} should mention {want:?}"
+    );
+    assert_eq!(fs::read(r.db()).unwrap(), bytes, "file unchanged");
+    assert!(b.entries().is_empty(), "nothing backed up, nothing written");
+}
+
+#[test]
+fn bad_not_a_bolt_file() {
+    assert_refused(
+        b"{\"hello\": \"this is not a bolt database\"}\n".repeat(300),
+        "not a bolt file",
+    );
+}
+
+#[test]
+fn bad_truncated() {
+    let mut b = store_before();
+    b.truncate(100_000);
+    assert_refused(b, "truncated");
+    let mut b = store_before();
+    b.truncate(5000);
+    assert_refused(b, "truncated");
+}
+
+#[test]
+fn bad_checksum_on_both_metas() {
+    let mut b = store_before();
+    b[16 + 56] ^= 0xff;
+    b[4096 + 16 + 56] ^= 0xff;
+    assert_refused(b.clone(), "both meta pages are invalid");
+    // one bad meta: bbolt falls back to the other one, and so do we
+    let mut one = store_before();
+    one[4096 + 16 + 56] ^= 0xff; // meta 1 (txid 99, the newest)
+    let r = Root_::new(&one, &[]);
+    assert_eq!(r.store().scan().unwrap().records.len(), 9);
+}
+
+/// Offset in `bytes` of the value of the first non-inline nested bucket under `path`.
+fn offset_of(bytes: &[u8], find: impl Fn(&[u8], &[u8]) -> bool) -> usize {
+    let db = Db::from_bytes(bytes.to_vec()).unwrap();
+    let view = db.view();
+    let mut found = None;
+    fn walk<'a>(
+        view: &bolt::View<'a>,
+        root: Root<'a>,
+        found: &mut Option<usize>,
+        base: usize,
+        find: &dyn Fn(&[u8], &[u8]) -> bool,
+    ) {
+        let mut elems = Vec::new();
+        view.for_each(root, &mut |e| {
+            elems.push(e);
+            Ok(())
+        })
+        .unwrap();
+        for e in elems {
+            if found.is_some() {
+                return;
+            }
+            if find(e.key, e.value) && e.value.as_ptr() as usize >= base {
+                *found = Some(e.value.as_ptr() as usize - base);
+                return;
+            }
+            if e.is_bucket() {
+                let (r, _) = bolt::bucket_root(e.value, "t").unwrap();
+                walk(view, r, found, base, find);
+            }
+        }
+    }
+    walk(
+        &view,
+        db.root(),
+        &mut found,
+        db.data.as_ptr() as usize,
+        &find,
+    );
+    found.expect("no such element")
+}
+
+fn is_paged_bucket(key: &[u8], v: &[u8]) -> bool {
+    key == b"extensions" && v.len() == 16 && v[..8] != [0; 8]
+}
+
+#[test]
+fn bad_page_id_beyond_file() {
+    let mut b = store_before();
+    let off = offset_of(&b, is_paged_bucket);
+    b[off..off + 8].copy_from_slice(&1_000_000u64.to_ne_bytes());
+    assert_refused(b, "beyond the high-water mark");
+}
+
+#[test]
+fn bad_page_graph_cycle() {
+    let mut b = store_before();
+    // point an extensions bucket at the root page of the database: a cycle back to the top
+    let root = Db::from_bytes(b.clone()).unwrap().meta.root;
+    let off = offset_of(&b, is_paged_bucket);
+    b[off..off + 8].copy_from_slice(&root.to_ne_bytes());
+    assert_refused(b, "multiple references");
+}
+
+#[test]
+fn bad_missing_v1_bucket() {
+    let mut b = store_before();
+    let off = offset_of(&b, |k, _| k == b"v1");
+    // the key "v1" sits right before its value in the leaf
+    assert_eq!(&b[off - 2..off], b"v1");
+    b[off - 1] = b'0';
+    assert_refused(b, "bucket v1: missing");
+}
+
+fn ext_value_offset(bytes: &[u8], id: &str) -> (usize, usize) {
+    let db = Db::from_bytes(bytes.to_vec()).unwrap();
+    let (p, k) = ext_path("k8s.io", id);
+    let mut root = db.root();
+    for s in &p {
+        root = db.view().bucket(root, s, "t").unwrap().unwrap();
+    }
+    let v = db.view().get(root, &k).unwrap().unwrap().value;
+    (v.as_ptr() as usize - db.data.as_ptr() as usize, v.len())
+}
+
+/// Damages one container's extension in place; that record turns Undecodable with `why`,
+/// the others stay fine, and apply on it refuses without writing.
+fn assert_bad_extension(damage: impl Fn(&mut [u8]), why: &str) {
+    let (id, ..) = store_expect().into_iter().next().unwrap();
+    let mut b = store_before();
+    let (off, len) = ext_value_offset(&b, &id);
+    damage(&mut b[off..off + len]);
+    let r = Root_::new(&b, &store_status());
+    let store = r.store();
+    let recs = by_id(&store.scan().unwrap().records);
+    let rec = &recs[&id];
+    assert_eq!(rec.kind, RecordKind::Undecodable, "{rec:?}");
+    let problem = rec.problem.as_deref().unwrap();
+    assert!(problem.contains(why), "{problem:?} should mention {why:?}");
+    assert_eq!(
+        recs.values()
+            .filter(|r| r.kind == RecordKind::Container)
+            .count(),
+        5
+    );
+    let (_d, mut bk, _) = new_backup("x");
+    let e = store.apply(&some_rewrite(), &mut bk).unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains(&id), "{e}");
+    assert_eq!(fs::read(r.db()).unwrap(), b);
+    // the other containers can still be rewritten
+    let (oid, .., after) = store_expect().into_iter().nth(1).unwrap();
+    let (_d, mut bk, _) = new_backup("y");
+    store
+        .apply(
+            &[Rewrite {
+                id: oid,
+                hash: after,
+                hash_without_resources: None,
+            }],
+            &mut bk,
+        )
+        .unwrap();
+    check_clean(&r.db());
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).position(|w| w == needle).unwrap()
+}
+
+#[test]
+fn bad_extension_wrong_type_url() {
+    assert_bad_extension(
+        |v| {
+            let i = find(v, b"store/container/Metadata");
+            v[i + 6] = b'X';
+        },
+        "type_url",
+    );
+}
+
+#[test]
+fn bad_extension_any_undecodable() {
+    assert_bad_extension(|v| v[0] = 0x0f, "wire type");
+    // value length runs past the end
+    assert_bad_extension(
+        |v| {
+            let i = find(v, b"Metadata\x12");
+            v[i + 9] = 0x7f;
+            v[i + 10] = 0x7f;
+        },
+        "protobuf",
+    );
+}
+
+#[test]
+fn bad_extension_json_undecodable() {
+    assert_bad_extension(
+        |v| {
+            let i = find(v, b"{\"Version\"");
+            v[i] = b'[';
+        },
+        "JSON",
+    );
+    assert_bad_extension(
+        |v| {
+            let i = find(v, b"\"Version\":\"v1\"");
+            v[i + 12] = b'9';
+        },
+        "Version",
+    );
+    assert_bad_extension(
+        |v| {
+            let i = find(v, b"\"annotations\":{");
+            v[i + 15] = b'7';
+        },
+        "JSON",
+    );
+}
+
+#[test]
+fn bad_file_locked_by_running_containerd() {
+    let r = Root_::new(&store_before(), &[]);
+    let holder = fs::File::open(r.db()).unwrap();
+    use std::os::fd::AsRawFd;
+    assert_eq!(
+        unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    let store = r.store();
+    let e = store.ensure_stopped().unwrap_err();
+    assert!(matches!(e, StoreError::RuntimeRunning { .. }), "{e}");
+    assert!(e.to_string().contains("flock"), "{e}");
+    let (_d, mut b, _) = new_backup("l");
+    let t = std::time::Instant::now();
+    let e = store.apply(&some_rewrite(), &mut b).unwrap_err();
+    assert!(t.elapsed().as_secs() < 5, "does not block on the lock");
+    assert!(matches!(e, StoreError::RuntimeRunning { .. }), "{e}");
+    assert_eq!(fs::read(r.db()).unwrap(), store_before());
+    // scan still works (on a snapshot) and says so
+    let rep = store.scan().unwrap();
+    assert_eq!(rep.records.len(), 9);
+    assert!(
+        rep.warnings.iter().any(|w| w.contains("flock")),
+        "{:?}",
+        rep.warnings
+    );
+    drop(holder);
+    store.ensure_stopped().unwrap();
+}
+
+#[test]
+fn bad_socket_accepting() {
+    let r = Root_::new(&store_before(), &[]);
+    let sock = r.root.join("containerd.sock");
+    let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let store =
+        ContainerdStore::with_options(&r.root, ContainerdOptions { socket: Some(sock) }).unwrap();
+    let e = store.ensure_stopped().unwrap_err();
+    assert!(e.to_string().contains("accepts connections"), "{e}");
+    let (_d, mut b, _) = new_backup("s");
+    assert!(matches!(
+        store.apply(&some_rewrite(), &mut b),
+        Err(StoreError::RuntimeRunning { .. })
+    ));
+    assert_eq!(fs::read(r.db()).unwrap(), store_before());
+}
+
+#[test]
+fn bad_requests_refused_before_writing() {
+    let r = Root_::new(&store_before(), &store_status());
+    let store = r.store();
+    let (_d, mut b, _) = new_backup("r");
+    let sandbox = "8bd290dff6bd4fc76d59339955d3018ca90b0959c2b540c8ea5bbd1dc348f75a";
+    for (rw, want) in [
+        (
+            Rewrite {
+                id: "nope".into(),
+                hash: "1234abcd".into(),
+                hash_without_resources: None,
+            },
+            "no record",
+        ),
+        (
+            Rewrite {
+                id: sandbox.into(),
+                hash: "1234abcd".into(),
+                hash_without_resources: None,
+            },
+            "sandbox",
+        ),
+        (
+            Rewrite {
+                id: some_rewrite()[0].id.clone(),
+                hash: "XYZ\"".into(),
+                hash_without_resources: None,
+            },
+            "not a kubelet hash",
+        ),
+    ] {
+        let e = store.apply(&[rw], &mut b).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    let twice = vec![some_rewrite()[0].clone(), some_rewrite()[0].clone()];
+    assert!(store
+        .apply(&twice, &mut b)
+        .unwrap_err()
+        .to_string()
+        .contains("twice"));
+    assert_eq!(fs::read(r.db()).unwrap(), store_before());
+    assert!(b.entries().is_empty());
+}
+
+/// A tmpfs mounted for one test, unmounted on drop.
+struct Tmpfs(PathBuf);
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn bad_disk_full_during_write() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test mounts a tmpfs and needs root (CI runs as root)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount tmpfs failed");
+    let _guard = Tmpfs(mnt.clone());
+    let root = mnt.join("containerd");
+    let orig = fs::read(node_root("1.7").join(META_DB)).unwrap();
+    // only the in-use pages: the spare tail Go keeps would hide the shortage
+    let hwm = Db::from_bytes(orig.clone()).unwrap().meta.hwm as usize;
+    let orig = orig[..hwm * 4096].to_vec();
+    Root_::fill(&root, &orig, &[]);
+    // fill the file system to the last byte
+    {
+        use std::io::Write;
+        let mut f = fs::File::create(mnt.join("filler")).unwrap();
+        let chunk = vec![0u8; 4096];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let store = store_at(&root);
+    let (_d, mut b, _) = new_backup("full");
+    let e = store
+        .apply(&node_rewrites("1.7", false), &mut b)
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("No space left") || msg.contains("os error 28"),
+        "{msg}"
+    );
+    assert!(msg.contains("meta.db"), "{msg}");
+    assert_eq!(
+        fs::read(root.join(META_DB)).unwrap(),
+        orig,
+        "file unchanged after a full disk"
+    );
+    check_clean(&root.join(META_DB));
+}
+
+#[test]
+fn fault_points_cover_every_durable_step() {
+    let r = Root_::new(&store_before(), &[]);
+    let before = storepatch::fault::points_passed();
+    let (_d, mut b, _) = new_backup("f");
+    r.store().apply(&some_rewrite(), &mut b).unwrap();
+    // backup write + syncfs + manifest (write, fsync, rename, dir) ×2, reserve, ≥1 page run,
+    // fdatasync, meta, fdatasync
+    assert!(storepatch::fault::points_passed() - before >= 8);
+}
