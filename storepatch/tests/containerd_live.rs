@@ -32,6 +32,9 @@ const HASH: &str = "io.kubernetes.container.hash";
 const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";
 const PAUSE_IMAGE: &str = "docker.io/library/storetest-pause:1.0";
 const APP_IMAGE: &str = "docker.io/library/storetest-app:1.0";
+/// Extra pods whose containers are created but not started.
+const BULK_PODS: usize = 4;
+const BULK_CONTAINERS: usize = 6;
 const SETUP: &str = "run scripts/setup-containerd.sh (as root) first";
 
 /// One line at a time: the lines share the host's cgroup tree and /run/containerd/s.
@@ -295,6 +298,7 @@ struct Created {
     name: String,
     hash: String,
     hash_wr: Option<String>,
+    running: bool,
 }
 
 struct Harness {
@@ -686,10 +690,22 @@ fn host_network_ns() -> v1::NamespaceOption {
 }
 
 struct Spec {
-    name: &'static str,
-    hash: &'static str,
-    hash_wr: Option<&'static str>,
+    name: String,
+    hash: String,
+    hash_wr: Option<String>,
     ports: Option<&'static str>,
+    /// `StartContainer` too (else it stays CONTAINER_CREATED, as kubelet's 2nd step pending).
+    start: bool,
+}
+
+fn spec(name: &str, hash: &str, hash_wr: Option<&str>, start: bool) -> Spec {
+    Spec {
+        name: name.into(),
+        hash: hash.into(),
+        hash_wr: hash_wr.map(String::from),
+        ports: None,
+        start,
+    }
 }
 
 fn container_config(
@@ -701,6 +717,7 @@ fn container_config(
     let meta = pod.metadata.as_ref().unwrap();
     let kubelet_pod = h.p.t.join(format!("kubelet/pods/{}", meta.uid));
     let term = kubelet_pod.join(format!("containers/{}/4f3c2a1b", spec.name));
+    let name: &str = &spec.name;
     fs::create_dir_all(term.parent().unwrap()).unwrap();
     fs::write(&term, b"").unwrap();
     let hosts = kubelet_pod.join("etc-hosts");
@@ -709,11 +726,11 @@ fn container_config(
     labels.insert("io.kubernetes.pod.name".to_string(), meta.name.clone());
     labels.insert("io.kubernetes.pod.namespace".into(), meta.namespace.clone());
     labels.insert("io.kubernetes.pod.uid".into(), meta.uid.clone());
-    labels.insert("io.kubernetes.container.name".into(), spec.name.into());
+    labels.insert("io.kubernetes.container.name".into(), name.into());
     let mut a = HashMap::new();
-    a.insert(HASH.to_string(), spec.hash.to_string());
-    if let Some(w) = spec.hash_wr {
-        a.insert(HASH_WR.to_string(), w.to_string());
+    a.insert(HASH.to_string(), spec.hash.clone());
+    if let Some(w) = &spec.hash_wr {
+        a.insert(HASH_WR.to_string(), w.clone());
     }
     a.insert("io.kubernetes.container.restartCount".into(), "0".into());
     a.insert(
@@ -743,7 +760,7 @@ fn container_config(
     };
     v1::ContainerConfig {
         metadata: Some(v1::ContainerMetadata {
-            name: spec.name.into(),
+            name: name.into(),
             attempt: 0,
         }),
         image: Some(v1::ImageSpec {
@@ -851,24 +868,33 @@ fn check_cri(
             "containerd {v} {phase}: ListContainers hashWithoutResources of {}",
             c.name
         );
-        assert_eq!(
-            got.state, "CONTAINER_RUNNING",
-            "containerd {v} {phase}: {} is not running",
-            c.name
-        );
-        let (pid, start) = pids[&c.id];
-        assert_eq!(
-            got.pid,
-            Some(pid),
-            "containerd {v} {phase}: pid of {} changed",
-            c.name
-        );
-        assert_eq!(
-            proc_stat(pid).map(|s| s.1),
-            Some(start),
-            "containerd {v} {phase}: process {pid} of {} is not the same process",
-            c.name
-        );
+        if !c.running {
+            assert_eq!(
+                (got.state.as_str(), got.pid),
+                ("CONTAINER_CREATED", None),
+                "containerd {v} {phase}: {} was only created",
+                c.name
+            );
+        } else {
+            assert_eq!(
+                got.state, "CONTAINER_RUNNING",
+                "containerd {v} {phase}: {} is not running",
+                c.name
+            );
+            let (pid, start) = pids[&c.id];
+            assert_eq!(
+                got.pid,
+                Some(pid),
+                "containerd {v} {phase}: pid of {} changed",
+                c.name
+            );
+            assert_eq!(
+                proc_stat(pid).map(|s| s.1),
+                Some(start),
+                "containerd {v} {phase}: process {pid} of {} is not the same process",
+                c.name
+            );
+        }
         // ContainerStatus reads the same metadata: it must agree
         let st = cri
             .container_status(&c.id, false)
@@ -1016,40 +1042,44 @@ fn run_line(line: Line) {
 
     // pods, as the kubelet creates them
     let t0 = Instant::now();
-    let pods: [(&str, &str, &str, Vec<Spec>); 2] = [
+    let mut app = spec("app", "3a1f6c2e", Some("9b2d4e61"), true);
+    app.ports = Some(r#"[{"name":"http","containerPort":8080,"protocol":"TCP"}]"#);
+    let mut pods: Vec<(String, String, String, Vec<Spec>)> = vec![
         (
-            "shop",
-            "web-5d8f7c9b6-x2k4p",
-            "7d0e8c1a-3b2f-4c6d-9e8f-000000000001",
-            vec![
-                Spec {
-                    name: "app",
-                    hash: "3a1f6c2e",
-                    hash_wr: Some("9b2d4e61"),
-                    ports: Some(r#"[{"name":"http","containerPort":8080,"protocol":"TCP"}]"#),
-                },
-                Spec {
-                    name: "istio-proxy",
-                    hash: "c0ffee01",
-                    hash_wr: None,
-                    ports: None,
-                },
-            ],
+            "shop".into(),
+            "web-5d8f7c9b6-x2k4p".into(),
+            "7d0e8c1a-3b2f-4c6d-9e8f-000000000001".into(),
+            vec![app, spec("istio-proxy", "c0ffee01", None, true)],
         ),
         (
-            "kube-system",
-            "kube-proxy-8xk2q",
-            "7d0e8c1a-3b2f-4c6d-9e8f-000000000002",
-            vec![Spec {
-                name: "kube-proxy",
-                hash: "5e7a9c13",
-                hash_wr: Some("5e7a9c13"),
-                ports: None,
-            }],
+            "kube-system".into(),
+            "kube-proxy-8xk2q".into(),
+            "7d0e8c1a-3b2f-4c6d-9e8f-000000000002".into(),
+            // hash and hashWithoutResources may be equal: both must be found and rewritten
+            vec![spec("kube-proxy", "5e7a9c13", Some("5e7a9c13"), true)],
         ),
     ];
+    // more pods whose containers are only created: more extension buckets (about 2 KB each,
+    // their own leaf pages) so the rewrite spans many pages of a bigger file
+    for p in 0..BULK_PODS {
+        let specs = (0..BULK_CONTAINERS)
+            .map(|c| {
+                let hash = format!("{:08x}", 0x6000_0000u32 + (p * 16 + c) as u32);
+                let wr =
+                    (c % 2 == 0).then(|| format!("{:08x}", 0x7000_0000u32 + (p * 16 + c) as u32));
+                spec(&format!("worker-{c}"), &hash, wr.as_deref(), false)
+            })
+            .collect();
+        pods.push((
+            "jobs".into(),
+            format!("batch-{p}-7c9d"),
+            format!("7d0e8c1a-3b2f-4c6d-9e8f-1000000000{p:02}"),
+            specs,
+        ));
+    }
     let mut created = Vec::new();
     for (ns, name, uid, specs) in &pods {
+        let (ns, name, uid) = (ns.as_str(), name.as_str(), uid.as_str());
         let pc = pod_config(&h, ns, name, uid);
         let sb = cri
             .run_pod_sandbox(&pc)
@@ -1060,33 +1090,37 @@ fn run_line(line: Line) {
             let id = cri
                 .create_container(&sb, &cc, &pc)
                 .unwrap_or_else(|e| panic!("containerd {v}: CreateContainer {}: {e}", s.name));
-            cri.start_container(&id)
-                .unwrap_or_else(|e| panic!("containerd {v}: StartContainer {}: {e}", s.name));
+            if s.start {
+                cri.start_container(&id)
+                    .unwrap_or_else(|e| panic!("containerd {v}: StartContainer {}: {e}", s.name));
+            }
             created.push(Created {
                 id,
                 sandbox: sb.clone(),
-                name: s.name.to_string(),
-                hash: s.hash.to_string(),
-                hash_wr: s.hash_wr.map(String::from),
+                name: format!("{name}/{}", s.name),
+                hash: s.hash.clone(),
+                hash_wr: s.hash_wr.clone(),
+                running: s.start,
             });
         }
     }
     h.notes.push(format!(
-        "{} pods / {} containers created + started in {:.2}s",
+        "{} pods / {} containers ({} started) created in {:.2}s",
         h.sandboxes.len(),
         created.len(),
+        created.iter().filter(|c| c.running).count(),
         t0.elapsed().as_secs_f64()
     ));
     let before = cri.list_containers().expect("ListContainers");
     let mut pids = BTreeMap::new();
-    for c in &before {
+    for c in before.iter().filter(|c| c.state == "CONTAINER_RUNNING") {
         let pid = c
             .pid
             .unwrap_or_else(|| panic!("containerd {v}: no pid for running {}", c.name));
         let (_, start) = proc_stat(pid).expect("container process");
         pids.insert(c.id.clone(), (pid, start));
     }
-    let old: HashMap<String, (String, Option<String>)> = created
+    let mut old: HashMap<String, (String, Option<String>)> = created
         .iter()
         .map(|c| (c.id.clone(), (c.hash.clone(), c.hash_wr.clone())))
         .collect();
@@ -1175,13 +1209,17 @@ fn run_line(line: Line) {
             "scan hashWithoutResources of {}",
             c.name
         );
-        assert_eq!(r.container.as_deref(), Some(c.name.as_str()));
-        assert_eq!(
-            r.pid,
-            Some(pids[&c.id].0),
-            "scan pid (CRI status file) of {}",
-            c.name
-        );
+        let (pod, ctr) = c.name.split_once('/').unwrap();
+        assert_eq!(r.container.as_deref(), Some(ctr), "scan container name");
+        assert_eq!(r.pod.as_deref(), Some(pod), "scan pod name of {}", c.name);
+        if c.running {
+            assert_eq!(
+                r.pid,
+                Some(pids[&c.id].0),
+                "scan pid (CRI status file) of {}",
+                c.name
+            );
+        }
     }
     for sb in &h.sandboxes {
         assert!(
@@ -1194,7 +1232,7 @@ fn run_line(line: Line) {
     }
 
     // 1. rewrite every container, new distinct values
-    let new: HashMap<String, (String, Option<String>)> = created
+    let mut new: HashMap<String, (String, Option<String>)> = created
         .iter()
         .enumerate()
         .map(|(i, c)| {
@@ -1257,8 +1295,45 @@ fn run_line(line: Line) {
 
     // start containerd on the rewritten file: new values, same processes
     let cri = h.start();
-    check_cri(&h, &cri, &created, &pids, &new, "after rewrite + restart");
+    let mut all = created.clone();
+    check_cri(&h, &cri, &all, &pids, &new, "after rewrite + restart");
     assert_eq!(h.shim_pids(), shims_before, "containerd {v}: shims changed");
+    // containerd writes on top of our transaction: the kubelet creates and starts one more
+    // container in the first pod; it must survive every later step
+    let (ns0, pod0, uid0) = (&pods[0].0, &pods[0].1, &pods[0].2);
+    let pc0 = pod_config(&h, ns0, pod0, uid0);
+    let late = spec("late", "1a7e0001", Some("1a7e0002"), true);
+    let cc = container_config(&h, &pc0, &app_id, &late);
+    let late_id = cri
+        .create_container(&h.sandboxes[0], &cc, &pc0)
+        .unwrap_or_else(|e| panic!("containerd {v}: CreateContainer late after the rewrite: {e}"));
+    cri.start_container(&late_id)
+        .unwrap_or_else(|e| panic!("containerd {v}: StartContainer late after the rewrite: {e}"));
+    let late_pid = cri
+        .container_status(&late_id, true)
+        .ok()
+        .and_then(|r| storepatch::live::cri::pid_from_info(&r.info))
+        .unwrap_or_else(|| panic!("containerd {v}: no pid for the late container"));
+    pids.insert(late_id.clone(), (late_pid, proc_stat(late_pid).unwrap().1));
+    let late_values = (late.hash.clone(), late.hash_wr.clone());
+    new.insert(late_id.clone(), late_values.clone());
+    old.insert(late_id.clone(), late_values);
+    all.push(Created {
+        id: late_id,
+        sandbox: h.sandboxes[0].clone(),
+        name: format!("{pod0}/late"),
+        hash: late.hash,
+        hash_wr: late.hash_wr,
+        running: true,
+    });
+    check_cri(
+        &h,
+        &cri,
+        &all,
+        &pids,
+        &new,
+        "after a container was added on the rewritten file",
+    );
     drop(cri);
     h.stop();
     check_processes(&h, &pids, &shims_before, "after the second stop");
@@ -1302,7 +1377,7 @@ fn run_line(line: Line) {
         check_cri(
             &h,
             &cri,
-            &created,
+            &all,
             &pids,
             &old,
             "after rewriting back + restart",
@@ -1334,7 +1409,7 @@ fn run_line(line: Line) {
     }
     drop(store);
     let cri = h.start();
-    check_cri(&h, &cri, &created, &pids, &old, "after rollback + restart");
+    check_cri(&h, &cri, &all, &pids, &old, "after rollback + restart");
     assert_eq!(h.shim_pids(), shims_before, "containerd {v}: shims changed");
     drop(cri);
 
