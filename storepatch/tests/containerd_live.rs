@@ -588,6 +588,16 @@ impl Drop for Harness {
         if !shims.is_empty() {
             std::thread::sleep(Duration::from_millis(300));
         }
+        // shims killed that way leave their sockets behind: containerd names them
+        // /run/containerd/s/<sha256(<grpc address>/<namespace>/<sandbox id>)>
+        if !shims.is_empty() {
+            for sb in &self.sandboxes {
+                let key = format!("{}/k8s.io/{sb}", self.p.sock.display());
+                let _ = fs::remove_file(
+                    Path::new("/run/containerd/s").join(sha256_hex(key.as_bytes())),
+                );
+            }
+        }
         // 3. every mount under our directory, deepest first
         let t = self.p.t.to_string_lossy().into_owned();
         let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
