@@ -797,7 +797,28 @@ fn running_crio_is_detected_by_socket_and_pidfile() {
     // A pid file naming a live process called crio.
     let fake = tmp.path().join("crio");
     fs::copy("/bin/sleep", &fake).unwrap();
-    let mut child = std::process::Command::new(&fake).arg("30").spawn().unwrap();
+    // Another test thread forking while the copy was open for writing can make exec fail
+    // with ETXTBSY for a moment: retry.
+    let mut child = (0..50)
+        .find_map(
+            |_| match std::process::Command::new(&fake).arg("30").spawn() {
+                Ok(c) => Some(c),
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    None
+                }
+                Err(e) => panic!("spawning {}: {e}", fake.display()),
+            },
+        )
+        .expect("exec kept failing with ETXTBSY");
+    // Until the child has exec'd, its comm is still ours.
+    let comm = format!("/proc/{}/comm", child.id());
+    for _ in 0..100 {
+        if fs::read_to_string(&comm).unwrap_or_default().trim() == "crio" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let pidfile = tmp.path().join("crio.pid");
     fs::write(&pidfile, format!("{}\n", child.id())).unwrap();
     let store = CrioStore::with_options(
@@ -1029,4 +1050,26 @@ fn crash_sweep_leaves_old_or_new_bytes_and_rolls_back() {
         }
         fs::remove_dir_all(&node).unwrap();
     }
+}
+
+#[test]
+fn node_file_warnings_follow_the_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let store = open(&node);
+    let w = store.scan().unwrap().warnings;
+    assert!(!w.iter().any(|w| w.contains("clean.shutdown")), "{w:?}");
+    fs::remove_file(node.join("var/lib/crio/clean.shutdown")).unwrap();
+    fs::remove_file(node.join("run/crio/version")).unwrap();
+    let w = store.scan().unwrap().warnings;
+    assert!(
+        w.iter()
+            .any(|w| w.contains("clean.shutdown") && w.contains("internal_repair")),
+        "{w:?}"
+    );
+    assert!(
+        w.iter()
+            .any(|w| w.contains("version file") && w.contains("is missing")),
+        "{w:?}"
+    );
 }
