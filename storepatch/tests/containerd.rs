@@ -1046,3 +1046,315 @@ fn fault_points_cover_every_durable_step() {
     // fdatasync, meta, fdatasync
     assert!(storepatch::fault::points_passed() - before >= 8);
 }
+
+// ---------------------------------------------------------------- crash sweep
+
+/// Kill a patching process (SIGKILL via `KUBELET_REHASH_CRASH_AT`) at every durable step, for
+/// both freelist layouts. After each crash meta.db must open, pass the bbolt check and hold
+/// exactly the old or exactly the new key/values; if nothing durable happened yet its bytes
+/// are untouched; rollback of whatever backup exists restores the original bytes; and a
+/// rerun on the crashed file completes with the new key/values. The same test function is the
+/// child when `CTD_CRASH_CHILD` names a containerd root.
+#[test]
+fn crash_sweep_old_or_new_never_corrupt() {
+    const SELF: &str = "crash_sweep_old_or_new_never_corrupt";
+    let rewrites: Vec<Rewrite> = store_expect()
+        .into_iter()
+        .map(|(id, .., after)| Rewrite {
+            id,
+            hash: after,
+            hash_without_resources: None,
+        })
+        .collect();
+    if let Some(root) = std::env::var_os("CTD_CRASH_CHILD") {
+        let root = PathBuf::from(root);
+        let mut b = Backup::create(&root.join("../backup"), "containerd", &root).unwrap();
+        store_at(&root).apply(&rewrites, &mut b).unwrap();
+        return;
+    }
+    let run_child = |root: &Path, crash_at: Option<u64>| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", SELF, "--test-threads=1", "--nocapture"])
+            .env("CTD_CRASH_CHILD", root)
+            .env("KUBELET_REHASH_CRASH_LOG", "1")
+            .env_remove("KUBELET_REHASH_CRASH_AT");
+        if let Some(n) = crash_at {
+            cmd.env("KUBELET_REHASH_CRASH_AT", n.to_string());
+        }
+        cmd.output().unwrap()
+    };
+    use std::os::unix::process::ExitStatusExt;
+    for file in ["meta.db.before", "meta.db.nofreelist"] {
+        let orig = fs::read(store_dir().join(file)).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let old_kv = kv(&store_dir().join(file));
+        // uninterrupted run: count the points, learn the new key/values
+        let dry = tmp.path().join("dry/containerd");
+        Root_::fill(&dry, &orig, &[]);
+        let out = run_child(&dry, None);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let points = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.starts_with("kubelet-rehash fault point"))
+            .count() as u64;
+        assert!(points >= 8, "{points} fault points");
+        let new_kv = kv(&dry.join(META_DB));
+        assert_ne!(old_kv, new_kv);
+        let (mut saw_old, mut saw_new) = (0, 0);
+        for n in 1..=points {
+            let root = tmp.path().join(format!("c{n}/containerd"));
+            Root_::fill(&root, &orig, &[]);
+            let out = run_child(&root, Some(n));
+            assert_eq!(
+                out.status.signal(),
+                Some(libc::SIGKILL),
+                "point {n} did not crash"
+            );
+            let db = root.join(META_DB);
+            check_clean(&db);
+            let now = kv(&db);
+            if now == old_kv {
+                saw_old += 1;
+            } else {
+                assert!(
+                    now == new_kv,
+                    "{file} point {n}: neither the old nor the new database"
+                );
+                saw_new += 1;
+            }
+            let bdir = root.join("../backup");
+            if bdir.join(backup::MANIFEST_NAME).exists() {
+                backup::rollback(&bdir, true).unwrap();
+                assert_eq!(
+                    fs::read(&db).unwrap(),
+                    orig,
+                    "{file} point {n}: rollback exact"
+                );
+                fs::remove_dir_all(&bdir).unwrap();
+                // crash again at the same point, then let a rerun finish the job
+                let out = run_child(&root, Some(n));
+                assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+                fs::remove_dir_all(&bdir).unwrap();
+            } else {
+                assert_eq!(
+                    fs::read(&db).unwrap(),
+                    orig,
+                    "{file} point {n}: no backup yet, so no byte written"
+                );
+                let _ = fs::remove_dir_all(&bdir);
+            }
+            let out = run_child(&root, None);
+            assert!(
+                out.status.success(),
+                "rerun after crash at {n}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            check_clean(&db);
+            assert!(
+                kv(&db) == new_kv,
+                "{file} point {n}: rerun completes the rewrite"
+            );
+        }
+        eprintln!("{file}: {points} fault points, {saw_old} crashes left the old database, {saw_new} the new one");
+        assert!(saw_old > 0 && saw_new > 0);
+    }
+}
+
+// ---------------------------------------------------------------- writer edge cases
+
+use storepatch::containerd::bolt::build::{self, Item, Tree};
+
+#[test]
+fn rebuilt_file_reads_the_same() {
+    let src = node_root("1.7").join(META_DB);
+    let db = Db::read_path(&src).unwrap();
+    let tree = Tree::read(&db).unwrap();
+    for (fill, synced) in [(1.0, true), (0.5, false)] {
+        let bytes = build::build(&tree, 4096, fill, synced);
+        let r = Root_::new(&bytes, &[]);
+        check_clean(&r.db());
+        assert!(kv(&r.db()) == kv(&src), "same key/values after a rebuild");
+        let a = store_at(&node_root("1.7")).scan().unwrap().records;
+        let mut b = r.store().scan().unwrap().records;
+        for x in &mut b {
+            x.location = a.iter().find(|y| y.id == x.id).unwrap().location.clone();
+            x.pid = a.iter().find(|y| y.id == x.id).unwrap().pid;
+        }
+        assert_eq!(a, b);
+    }
+}
+
+/// Packed pages (fill 1.0) whose values then grow: leaves get overflow pages, the tree
+/// stays valid, and only the values change.
+#[test]
+fn growing_values_in_packed_pages() {
+    let db = Db::read_path(&node_root("1.6").join(META_DB)).unwrap();
+    let bytes = build::build(&Tree::read(&db).unwrap(), 4096, 1.0, true);
+    let r = Root_::new(&bytes, &[]);
+    let rewrites: Vec<Rewrite> = node_rewrites("1.6", false)
+        .into_iter()
+        .map(|mut rw| {
+            rw.hash = format!("{:0>16}", rw.hash);
+            rw
+        })
+        .collect();
+    apply_and_verify(&r, &rewrites, true);
+}
+
+fn small_extension(id: &str, pad: usize) -> Vec<u8> {
+    let json = format!(
+        r#"{{"Version":"v1","Metadata":{{"ID":"{id}","Name":"c_p_ns_uid_0","SandboxID":"sb","Config":{{"metadata":{{"name":"c"}},"image":{{"image":"sha256:00"}},"labels":{{"io.kubernetes.container.name":"c","io.kubernetes.pod.name":"p","io.kubernetes.pod.namespace":"ns","io.kubernetes.pod.uid":"uid"}},"annotations":{{"io.kubernetes.container.hash":"1","io.kubernetes.x":"{}"}}}},"ImageRef":"sha256:00","LogPath":"","StopSignal":"","ProcessLabel":""}}}}"#,
+        "x".repeat(pad)
+    );
+    let mut v = vec![0x0a, cri::CONTAINER_TYPE_URL.len() as u8];
+    v.extend_from_slice(cri::CONTAINER_TYPE_URL.as_bytes());
+    v.push(0x12);
+    cri::put_varint(&mut v, json.len() as u64);
+    v.extend_from_slice(json.as_bytes());
+    v
+}
+
+/// Containers whose `extensions` bucket is inline (small metadata): one stays inline, one
+/// grows past bbolt's inline limit (pageSize/4) and moves to its own page, as bbolt does.
+#[test]
+fn inline_extension_buckets() {
+    let ext_size = small_extension("moves-out", 0).len();
+    // inline size = page header 16 + element 16 + key + value
+    let limit = 1024 - 16 - 16 - cri::CONTAINER_EXT.len();
+    let near = limit - ext_size; // padding that puts the value exactly at the limit
+    let mut containers = Tree::default();
+    for (id, pad) in [("stays-inline", 100), ("moves-out", near - 3)] {
+        let ext = Tree {
+            items: vec![(
+                cri::CONTAINER_EXT.as_bytes().to_vec(),
+                Item::Value(small_extension(id, pad)),
+            )],
+        };
+        let labels = Tree {
+            items: vec![(
+                b"io.cri-containerd.kind".to_vec(),
+                Item::Value(b"container".to_vec()),
+            )],
+        };
+        let c = Tree {
+            items: vec![
+                (
+                    b"extensions".to_vec(),
+                    Item::Bucket {
+                        sequence: 0,
+                        tree: ext,
+                    },
+                ),
+                (
+                    b"labels".to_vec(),
+                    Item::Bucket {
+                        sequence: 0,
+                        tree: labels,
+                    },
+                ),
+                (
+                    b"image".to_vec(),
+                    Item::Value(b"docker.io/library/x:1".to_vec()),
+                ),
+            ],
+        };
+        containers.items.push((
+            id.as_bytes().to_vec(),
+            Item::Bucket {
+                sequence: 0,
+                tree: c,
+            },
+        ));
+    }
+    let ns = Tree {
+        items: vec![(
+            b"containers".to_vec(),
+            Item::Bucket {
+                sequence: 0,
+                tree: containers,
+            },
+        )],
+    };
+    let v1 = Tree {
+        items: vec![
+            (b"version".to_vec(), Item::Value(vec![6])),
+            (
+                b"k8s.io".to_vec(),
+                Item::Bucket {
+                    sequence: 0,
+                    tree: ns,
+                },
+            ),
+        ],
+    };
+    let root = Tree {
+        items: vec![(
+            b"v1".to_vec(),
+            Item::Bucket {
+                sequence: 0,
+                tree: v1,
+            },
+        )],
+    };
+    for synced in [true, false] {
+        let r = Root_::new(&build::build(&root, 4096, 0.5, synced), &[]);
+        let inline_of = |path: &Path, id: &str| -> bool {
+            let db = Db::read_path(path).unwrap();
+            let v = db.view();
+            let mut rt = db.root();
+            for b in [&b"v1"[..], b"k8s.io", b"containers", id.as_bytes()] {
+                rt = v.bucket(rt, b, "t").unwrap().unwrap();
+            }
+            let e = v.get(rt, b"extensions").unwrap().unwrap();
+            e.value[..8] == [0; 8]
+        };
+        assert!(inline_of(&r.db(), "stays-inline"), "stays-inline starts inline");
+        assert!(inline_of(&r.db(), "moves-out"), "moves-out starts inline ({ext_size} {limit} {near})");
+        let recs = by_id(&r.store().scan().unwrap().records);
+        assert_eq!(recs["moves-out"].hash.as_deref(), Some("1"));
+        let rewrites = vec![
+            Rewrite {
+                id: "stays-inline".into(),
+                hash: "abcdef12".into(),
+                hash_without_resources: None,
+            },
+            Rewrite {
+                id: "moves-out".into(),
+                hash: "abcdef12".into(),
+                hash_without_resources: None,
+            },
+        ];
+        let new = apply_and_verify(&r, &rewrites, synced);
+        fs::write(r.db(), &new).unwrap();
+        assert!(
+            inline_of(&r.db(), "stays-inline"),
+            "small bucket stays inline"
+        );
+        assert!(
+            !inline_of(&r.db(), "moves-out"),
+            "bucket over pageSize/4 moves to its own page"
+        );
+    }
+}
+
+#[test]
+fn meta_checksum_is_bbolts_fnv1a() {
+    // recompute the stored checksums of real Go-written meta pages
+    for f in ["meta.db.before", "meta.db.nofreelist"] {
+        let b = fs::read(store_dir().join(f)).unwrap();
+        for p in 0..2 {
+            let page = &b[p * 4096..p * 4096 + 4096];
+            let m = bolt::Meta::parse(page, p as u64);
+            assert_eq!(m.checksum, bolt::fnv1a64(&page[16..72]));
+            assert_eq!(
+                &m.encode()[..80],
+                &page[..80],
+                "encode reproduces Go's meta page"
+            );
+        }
+    }
+}

@@ -485,6 +485,17 @@ pub fn rewrite_json(json: &[u8], changes: &[(&str, &str)]) -> Result<Vec<u8>, St
 /// JSON equals the original document with exactly those annotation values changed.
 pub fn rewrite_extension(raw: &[u8], changes: &[(&str, &str)]) -> Result<Vec<u8>, String> {
     let l = any_layout(raw)?;
+    let (_, old_doc) = decode_json(&raw[l.value.clone()])?;
+    rewrite_extension_with(raw, &l, old_doc, changes)
+}
+
+/// [`rewrite_extension`] for a value already decoded: `l` = its layout, `old_doc` = its JSON.
+pub fn rewrite_extension_with(
+    raw: &[u8],
+    l: &AnyLayout,
+    old_doc: Value,
+    changes: &[(&str, &str)],
+) -> Result<Vec<u8>, String> {
     if l.type_url != CONTAINER_TYPE_URL {
         return Err(format!(
             "type_url is {:?}, expected {CONTAINER_TYPE_URL:?}",
@@ -499,7 +510,6 @@ pub fn rewrite_extension(raw: &[u8], changes: &[(&str, &str)]) -> Result<Vec<u8>
     out.extend_from_slice(&new_json);
     out.extend_from_slice(&raw[l.value.end..]);
     // Verify before anyone writes it.
-    let (_, old_doc) = decode_json(json)?;
     let mut expect = old_doc;
     for (k, v) in changes {
         expect["Metadata"]["Config"]["annotations"][*k] = Value::String((*v).to_string());

@@ -80,6 +80,8 @@ pub struct ApplyStats {
     pub file_len_after: u64,
     /// open + consistency check + collect records.
     pub t_read: Duration,
+    /// JSON rewrites + their verification (part of `t_plan`).
+    pub t_json: Duration,
     /// JSON rewrites + their verification + copy-on-write plan.
     pub t_plan: Duration,
     /// consistency check + re-read of the planned tree.
@@ -464,8 +466,10 @@ impl ContainerdStore {
 
         let t1 = Instant::now();
         let mut outcome = ApplyOutcome::default();
-        let mut edits = write::Edits::default();
-        let mut expected: Vec<(Vec<Vec<u8>>, Vec<u8>)> = Vec::new();
+        // Resolve every request first (cheap, serial), then decode, rewrite and verify the
+        // values in parallel; errors name the first failing container in request order.
+        let mut targets: Vec<(&Rewrite, &Found, String, &[u8])> =
+            Vec::with_capacity(rewrites.len());
         for rw in rewrites {
             let cands = by_id.get(rw.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
             let f = match cands {
@@ -497,42 +501,21 @@ impl ContainerdStore {
                     )))
                 }
             };
-            let (d, _) =
-                cri::decode(raw, cri::CONTAINER_TYPE_URL).map_err(|e| StoreError::Corrupt {
-                    location: loc.clone(),
-                    reason: format!(
-                        "extension {}: {e}; refusing to rewrite it",
-                        cri::CONTAINER_EXT
-                    ),
-                })?;
-            let mut changes: Vec<(&str, &str)> = Vec::new();
-            match d.annotations.get(HASH_ANNOTATION) {
-                None => {
-                    return Err(StoreError::Corrupt {
-                        location: loc,
-                        reason: format!("no {HASH_ANNOTATION} annotation to rewrite"),
-                    })
-                }
-                Some(cur) if cur == &rw.hash => {}
-                Some(_) => changes.push((HASH_ANNOTATION, rw.hash.as_str())),
-            }
-            if let (Some(new), Some(cur)) = (
-                &rw.hash_without_resources,
-                d.annotations.get(HASH_WITHOUT_RESOURCES_ANNOTATION),
-            ) {
-                if cur != new {
-                    changes.push((HASH_WITHOUT_RESOURCES_ANNOTATION, new.as_str()));
-                }
-            }
-            if changes.is_empty() {
+            targets.push((rw, f, loc, raw));
+        }
+        use rayon::prelude::*;
+        let results: Vec<Result<Option<Vec<u8>>, StoreError>> = targets
+            .par_iter()
+            .map(|(rw, _, loc, raw)| new_value(rw, loc, raw))
+            .collect();
+        st.t_json = t1.elapsed();
+        let mut edits = write::Edits::default();
+        let mut expected: Vec<(Vec<Vec<u8>>, Vec<u8>)> = Vec::new();
+        for ((rw, f, _, _), res) in targets.iter().zip(results) {
+            let Some(new_raw) = res? else {
                 outcome.already.push(rw.id.clone());
                 continue;
-            }
-            let new_raw =
-                cri::rewrite_extension(raw, &changes).map_err(|e| StoreError::Verify {
-                    location: loc.clone(),
-                    reason: e,
-                })?;
+            };
             let path: Vec<Vec<u8>> = vec![
                 b"v1".to_vec(),
                 f.ns.as_bytes().to_vec(),
@@ -622,6 +605,55 @@ impl ContainerdStore {
         outcome.bytes_written = cs.bytes_written;
         Ok((outcome, st))
     }
+}
+
+/// The rewritten extension value for `rw` (`None` when it already holds the values),
+/// decoded, rewritten surgically and verified.
+fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    let bad = |e: String| StoreError::Corrupt {
+        location: loc.to_string(),
+        reason: format!(
+            "extension {}: {e}; refusing to rewrite it",
+            cri::CONTAINER_EXT
+        ),
+    };
+    let layout = cri::any_layout(raw).map_err(bad)?;
+    if layout.type_url != cri::CONTAINER_TYPE_URL {
+        return Err(bad(format!(
+            "type_url is {:?}, the CRI plugin only loads {:?}",
+            layout.type_url,
+            cri::CONTAINER_TYPE_URL
+        )));
+    }
+    let (d, doc) = cri::decode_json(&raw[layout.value.clone()]).map_err(bad)?;
+    let mut changes: Vec<(&str, &str)> = Vec::new();
+    match d.annotations.get(HASH_ANNOTATION) {
+        None => {
+            return Err(StoreError::Corrupt {
+                location: loc.to_string(),
+                reason: format!("no {HASH_ANNOTATION} annotation to rewrite"),
+            })
+        }
+        Some(cur) if cur == &rw.hash => {}
+        Some(_) => changes.push((HASH_ANNOTATION, rw.hash.as_str())),
+    }
+    if let (Some(new), Some(cur)) = (
+        &rw.hash_without_resources,
+        d.annotations.get(HASH_WITHOUT_RESOURCES_ANNOTATION),
+    ) {
+        if cur != new {
+            changes.push((HASH_WITHOUT_RESOURCES_ANNOTATION, new.as_str()));
+        }
+    }
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    cri::rewrite_extension_with(raw, &layout, doc, &changes)
+        .map(Some)
+        .map_err(|reason| StoreError::Verify {
+            location: loc.to_string(),
+            reason,
+        })
 }
 
 fn verify_values(

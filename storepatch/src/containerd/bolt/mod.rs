@@ -39,6 +39,7 @@
 //! split (valid bolt; bbolt splits it the next time it writes that node). An inline bucket that
 //! grows past bbolt's inline limit (pageSize/4) is moved to its own page, as bbolt would.
 
+pub mod build;
 pub mod check;
 pub mod write;
 
