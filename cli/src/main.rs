@@ -2,22 +2,13 @@
 //! containers. A thin layer over `hashcompat` (the kubelet's hash, per version) and
 //! `storepatch` (the runtimes' stores).
 
-mod hash_cmd;
-
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use hashcompat::KubeletVersion;
+use kubelet_rehash::workflow::{self, Failure, PatchArgs, PlanArgs, StoreArgs, VerifyArgs};
+use kubelet_rehash::{exit, hash_cmd};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// Exit codes, fixed: see `--help`.
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const FAILURE: u8 = 1;
-    pub const USAGE: u8 = 2;
-    pub const REFUSED: u8 = 3;
-    pub const INCOMPLETE: u8 = 4;
-}
 
 const EXIT_CODES_HELP: &str = "Exit codes:
   0  done / verified
@@ -55,12 +46,150 @@ enum Command {
         /// Input file; standard input when absent or `-`.
         file: Option<PathBuf>,
     },
+    /// Show, for every container of the node, what the target kubelet will compute and what
+    /// patch would do. Never writes.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Plan {
+        #[command(flatten)]
+        plan: PlanFlags,
+        /// Output format: table or json.
+        #[arg(short = 'o', long, default_value = "table")]
+        output: String,
+    },
+    /// Plan, refuse while the runtime runs, back up, rewrite every proven hash, verify what was
+    /// written, and write the report. Safe to run twice.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Patch {
+        #[command(flatten)]
+        plan: PlanFlags,
+        /// Where the backup and report go (must not exist or be empty; created 0700).
+        /// Default: /var/lib/kubelet-rehash/backups/<runtime>-<unix time>.
+        #[arg(long)]
+        backup_dir: Option<PathBuf>,
+        /// Also write the JSON report here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Plan only; same as `plan`.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(short = 'o', long, default_value = "table")]
+        output: String,
+    },
+    /// Check the result. Offline: every proven container's stored hash equals the target.
+    /// With --live: ask the restarted runtime for every rewritten container's hash, state and pid.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Verify {
+        #[command(flatten)]
+        plan: PlanFlags,
+        /// Ask the running runtime instead of reading its store (needs --report).
+        #[arg(long)]
+        live: bool,
+        /// Runtime API endpoint for --live (unix:///run/containerd/containerd.sock,
+        /// unix:///var/run/docker.sock, unix:///var/run/crio/crio.sock).
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// The report `patch` wrote (for --live).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        #[arg(short = 'o', long, default_value = "table")]
+        output: String,
+    },
+    /// Restore every file of a backup byte for byte (refuses, naming the file, when the store
+    /// changed since the patch).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Rollback {
+        #[arg(long)]
+        backup_dir: PathBuf,
+        #[command(flatten)]
+        store: StoreFlags,
+        /// Restore a file whose patched sha256 was never recorded (a crash mid-patch) even though
+        /// it differs from the original.
+        #[arg(long)]
+        accept_unrecorded: bool,
+    },
     /// List the supported kubelet versions and their hash algorithms.
     Versions {
         /// Output format.
         #[arg(short = 'o', long, default_value = "table")]
         output: String,
     },
+}
+
+#[derive(Args, Clone)]
+struct StoreFlags {
+    /// docker, containerd or crio; detected from --root (or the node's default roots) when absent.
+    #[arg(long)]
+    runtime: Option<String>,
+    /// The runtime's root: Docker data-root, containerd root (holding
+    /// io.containerd.metadata.v1.bolt/meta.db), or CRI-O graphroot.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// The runtime's API socket, for the running check (default: the runtime's usual path).
+    #[arg(long)]
+    runtime_socket: Option<PathBuf>,
+    /// dockerd's (or crio's) pid file, for the running check.
+    #[arg(long)]
+    runtime_pidfile: Option<PathBuf>,
+    /// Docker: whether dockerd runs with --live-restore (overrides daemon.json).
+    #[arg(long)]
+    live_restore: Option<bool>,
+    /// Docker: daemon.json to read live-restore from (default /etc/docker/daemon.json).
+    #[arg(long)]
+    daemon_json: Option<PathBuf>,
+    /// CRI-O: the containers/storage runroot (discovered when absent).
+    #[arg(long)]
+    runroot: Option<PathBuf>,
+}
+
+impl StoreFlags {
+    fn args(&self) -> StoreArgs {
+        StoreArgs {
+            runtime: self.runtime.clone(),
+            root: self.root.clone(),
+            runtime_socket: self.runtime_socket.clone(),
+            runtime_pidfile: self.runtime_pidfile.clone(),
+            live_restore: self.live_restore,
+            daemon_json: self.daemon_json.clone(),
+            runroot: self.runroot.clone(),
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct PlanFlags {
+    /// `kubectl get pods -A --field-selector spec.nodeName=NODE -o json` (PodList, List or Pod),
+    /// taken after the control plane was upgraded; `-` for stdin.
+    #[arg(long)]
+    pods: PathBuf,
+    /// The kubelet version the node is upgraded to.
+    #[arg(long)]
+    to: String,
+    /// The node's current kubelet version, or `auto`: found from the stored hashes.
+    #[arg(long, default_value = "auto")]
+    from: String,
+    #[command(flatten)]
+    store: StoreFlags,
+}
+
+impl PlanFlags {
+    fn args(&self) -> PlanArgs {
+        PlanArgs {
+            pods: self.pods.clone(),
+            to: self.to.clone(),
+            from: self.from.clone(),
+            store: self.store.args(),
+        }
+    }
+}
+
+fn finish(r: Result<u8, Failure>) -> u8 {
+    match r {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("kubelet-rehash: {}", f.msg);
+            f.code
+        }
+    }
 }
 
 fn read_input(file: &Option<PathBuf>) -> Result<Vec<u8>, String> {
@@ -134,6 +263,51 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Plan { plan, output } => {
+            finish(workflow::cmd_plan(&plan.args(), &output, &mut out))
+        }
+        Command::Patch {
+            plan,
+            backup_dir,
+            report,
+            dry_run,
+            output,
+        } => finish(workflow::cmd_patch(
+            &PatchArgs {
+                plan: plan.args(),
+                backup_dir,
+                report,
+                dry_run,
+            },
+            &output,
+            &mut out,
+        )),
+        Command::Verify {
+            plan,
+            live,
+            endpoint,
+            report,
+            output,
+        } => finish(workflow::cmd_verify(
+            &VerifyArgs {
+                plan: plan.args(),
+                live,
+                endpoint,
+                report,
+            },
+            &output,
+            &mut out,
+        )),
+        Command::Rollback {
+            backup_dir,
+            store,
+            accept_unrecorded,
+        } => finish(workflow::cmd_rollback(
+            &backup_dir,
+            &store.args(),
+            accept_unrecorded,
+            &mut out,
+        )),
         Command::Versions { output } => {
             let rows = hashcompat::versions();
             let r = if output == "json" {

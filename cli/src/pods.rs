@@ -1,0 +1,200 @@
+//! The node's pods as `kubectl get pods -o json` serves them: the specs the upgraded kubelet
+//! will hash, and the status that says which runtime container is which and whether it runs.
+
+use hashcompat::{parse_json, Node, NodeValue};
+use std::collections::HashMap;
+
+/// How the kubelet treats a container (decides whether a changed hash restarts it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerType {
+    Container,
+    /// An init container that runs to completion.
+    Init,
+    /// An init container with `restartPolicy: Always` (native sidecar, 1.28+).
+    Sidecar,
+    Ephemeral,
+}
+
+/// One container spec of a pod.
+#[derive(Debug, Clone)]
+pub struct PodContainer<'a> {
+    pub name: String,
+    pub ctype: ContainerType,
+    pub spec: Node<'a>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pod<'a> {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub containers: Vec<PodContainer<'a>>,
+}
+
+/// What pod status says about one runtime container id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusEntry {
+    /// `running`, `exited` or `waiting`.
+    pub state: &'static str,
+}
+
+#[derive(Debug, Default)]
+pub struct PodIndex<'a> {
+    pub pods: Vec<Pod<'a>>,
+    by_uid: HashMap<String, usize>,
+    /// Runtime container id (without `docker://` etc.) → state, from pod status.
+    pub status_by_id: HashMap<String, StatusEntry>,
+}
+
+/// A pods file the workflow cannot use; maps to exit code 2.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("pods file: {0}")]
+pub struct PodsError(pub String);
+
+fn str_at<'n>(n: &'n Node<'_>, path: &[&str]) -> Option<&'n str> {
+    let mut cur = n;
+    for p in path {
+        cur = cur.get(p)?;
+    }
+    cur.as_str()
+}
+
+fn array<'n, 'a>(n: Option<&'n Node<'a>>) -> &'n [Node<'a>] {
+    match n {
+        Some(Node {
+            value: NodeValue::Array(items),
+            ..
+        }) => items,
+        _ => &[],
+    }
+}
+
+fn strip_runtime_prefix(id: &str) -> &str {
+    id.split_once("://").map(|(_, rest)| rest).unwrap_or(id)
+}
+
+impl<'a> PodIndex<'a> {
+    /// Parses a PodList, a `List` of pods, or a single Pod.
+    pub fn parse(input: &'a [u8]) -> Result<PodIndex<'a>, PodsError> {
+        let doc = parse_json(input).map_err(|e| PodsError(format!("not JSON: {e}")))?;
+        let kind = str_at(&doc, &["kind"]);
+        let items: Vec<&Node<'a>> = match kind {
+            Some("PodList") | Some("List") => match doc.get("items") {
+                Some(Node {
+                    value: NodeValue::Array(items),
+                    ..
+                }) => items.iter().collect(),
+                _ => return Err(PodsError(format!("{} without an items array", kind.unwrap_or("")))),
+            },
+            Some("Pod") => vec![&doc],
+            Some(other) => {
+                return Err(PodsError(format!(
+                    "kind {other:?} is not a Pod, PodList or List (give `kubectl get pods -A --field-selector spec.nodeName=NODE -o json`)"
+                )))
+            }
+            None => {
+                return Err(PodsError(
+                    "no \"kind\": expected a Pod, PodList or List from `kubectl get pods -o json`".into(),
+                ))
+            }
+        };
+        let mut index = PodIndex::default();
+        for (i, item) in items.into_iter().enumerate() {
+            let item_kind = str_at(item, &["kind"]);
+            if item_kind.is_some_and(|k| k != "Pod") {
+                return Err(PodsError(format!(
+                    "item {i} is a {}, not a Pod",
+                    item_kind.unwrap_or_default()
+                )));
+            }
+            let name = str_at(item, &["metadata", "name"])
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| PodsError(format!("item {i} has no metadata.name")))?;
+            let namespace = str_at(item, &["metadata", "namespace"]).unwrap_or("default");
+            let uid = str_at(item, &["metadata", "uid"])
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| PodsError(format!("pod {namespace}/{name} has no metadata.uid")))?;
+            if index.by_uid.contains_key(uid) {
+                return Err(PodsError(format!(
+                    "uid {uid} appears twice (pod {namespace}/{name}); a node's pods have distinct uids"
+                )));
+            }
+            let spec = item
+                .get("spec")
+                .ok_or_else(|| PodsError(format!("pod {namespace}/{name} has no spec")))?;
+            let mut containers = Vec::new();
+            for (list, base) in [
+                ("initContainers", ContainerType::Init),
+                ("containers", ContainerType::Container),
+                ("ephemeralContainers", ContainerType::Ephemeral),
+            ] {
+                for c in array(spec.get(list)) {
+                    let cname = c.get("name").and_then(|n| n.as_str()).ok_or_else(|| {
+                        PodsError(format!(
+                            "pod {namespace}/{name}: a container in {list} has no name"
+                        ))
+                    })?;
+                    let ctype = if base == ContainerType::Init
+                        && c.get("restartPolicy").and_then(|r| r.as_str()) == Some("Always")
+                    {
+                        ContainerType::Sidecar
+                    } else {
+                        base
+                    };
+                    if containers.iter().any(|x: &PodContainer| x.name == cname) {
+                        return Err(PodsError(format!(
+                            "pod {namespace}/{name}: container name {cname:?} appears twice"
+                        )));
+                    }
+                    containers.push(PodContainer {
+                        name: cname.to_string(),
+                        ctype,
+                        spec: c.clone(),
+                    });
+                }
+            }
+            if let Some(status) = item.get("status") {
+                for list in [
+                    "initContainerStatuses",
+                    "containerStatuses",
+                    "ephemeralContainerStatuses",
+                ] {
+                    for st in array(status.get(list)) {
+                        if let Some(id) = str_at(st, &["containerID"]).filter(|s| !s.is_empty()) {
+                            let state = match st.get("state") {
+                                Some(s) if s.get("running").is_some() => "running",
+                                Some(s) if s.get("terminated").is_some() => "exited",
+                                _ => "waiting",
+                            };
+                            index.status_by_id.insert(
+                                strip_runtime_prefix(id).to_string(),
+                                StatusEntry { state },
+                            );
+                        }
+                        if let Some(id) = str_at(st, &["lastState", "terminated", "containerID"])
+                            .filter(|s| !s.is_empty())
+                        {
+                            index
+                                .status_by_id
+                                .entry(strip_runtime_prefix(id).to_string())
+                                .or_insert(StatusEntry { state: "exited" });
+                        }
+                    }
+                }
+            }
+            index.by_uid.insert(uid.to_string(), index.pods.len());
+            index.pods.push(Pod {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                uid: uid.to_string(),
+                containers,
+            });
+        }
+        Ok(index)
+    }
+
+    pub fn pod(&self, uid: &str) -> Option<&Pod<'a>> {
+        self.by_uid.get(uid).map(|&i| &self.pods[i])
+    }
+}

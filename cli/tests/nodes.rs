@@ -1,0 +1,389 @@
+//! The operator's workflow on the real nodes of fixtures/nodes (and the 2,000-container nodes of
+//! fixtures/nodes-large): for every target in each node's expected.json, `plan --from auto` gives
+//! every record exactly the expected target hash and action; `patch` then `verify` succeed, a
+//! second `patch` changes nothing, and `rollback` restores every byte.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_kubelet-rehash")
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+}
+
+/// A scenario copied to a temp dir (modes kept), so patches never touch the fixtures.
+struct Node {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    name: String,
+}
+
+fn copy_node(src: &Path, name: &str) -> Node {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(name);
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(src)
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a {}", src.display());
+    Node {
+        _tmp: tmp,
+        dir,
+        name: name.to_string(),
+    }
+}
+
+fn unpack_large(archive: &str, name: &str) -> Node {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(name);
+    std::fs::create_dir(&dir).unwrap();
+    let st = Command::new("tar")
+        .arg("-xzf")
+        .arg(fixtures().join("nodes-large").join(archive))
+        .arg("-C")
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "tar -xzf {archive}");
+    Node {
+        _tmp: tmp,
+        dir,
+        name: name.to_string(),
+    }
+}
+
+impl Node {
+    fn store_flags(&self) -> Vec<String> {
+        let d = &self.dir;
+        let none = d.join("no-such-runtime");
+        let mut f = vec![
+            "--runtime-socket".to_string(),
+            none.join("sock").display().to_string(),
+            "--runtime-pidfile".into(),
+            none.join("pid").display().to_string(),
+        ];
+        if self.name.starts_with("docker") {
+            f.extend(["--runtime".into(), "docker".into(), "--root".into()]);
+            f.push(d.join("var/lib/docker").display().to_string());
+            f.extend(["--live-restore".into(), "true".into()]);
+        } else if self.name.starts_with("containerd") {
+            f.extend(["--runtime".into(), "containerd".into(), "--root".into()]);
+            f.push(d.join("var/lib/containerd").display().to_string());
+        } else {
+            f.extend(["--runtime".into(), "crio".into(), "--root".into()]);
+            f.push(d.join("var/lib/containers/storage").display().to_string());
+            f.push("--runroot".into());
+            f.push(d.join("run/containers/storage").display().to_string());
+        }
+        f
+    }
+
+    fn run(&self, cmd: &str, extra: &[&str]) -> (i32, String, String) {
+        let out = Command::new(bin())
+            .arg(cmd)
+            .arg("--pods")
+            .arg(self.dir.join("pods.json"))
+            .args(self.store_flags())
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn expected(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.dir.join("expected.json")).unwrap()).unwrap()
+    }
+
+    /// sha256 of every file under var/ and run/, by path.
+    fn tree(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for top in ["var", "run"] {
+            let root = self.dir.join(top);
+            if !root.exists() {
+                continue;
+            }
+            for e in walkdir::WalkDir::new(&root) {
+                let e = e.unwrap();
+                if e.file_type().is_file() {
+                    let bytes = std::fs::read(e.path()).unwrap();
+                    out.insert(
+                        e.path()
+                            .strip_prefix(&self.dir)
+                            .unwrap()
+                            .display()
+                            .to_string(),
+                        storepatch::backup::sha256_hex(&bytes),
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What expected.json says the plan must do with one record for target `v`.
+fn expected_action(row: &Value, v: &str) -> (&'static str, Option<String>) {
+    if row["kind"] == "sandbox" {
+        return ("sandbox", None);
+    }
+    if row["orphan"] == true {
+        return ("orphan", None);
+    }
+    let target = row["targets"][v]["hash"].as_str().map(str::to_string);
+    if row["stored_hash_verifies"] == false {
+        return ("unproven", target);
+    }
+    if row["stored_hash"].as_str() == target.as_deref() {
+        ("unchanged", target)
+    } else {
+        ("rewrite", target)
+    }
+}
+
+fn check_plan(node: &Node, v: &str) -> Value {
+    let (code, out, err) = node.run("plan", &["--to", v, "-o", "json"]);
+    assert!(
+        code == 0 || code == 4,
+        "{} plan --to {v}: exit {code}: {err}",
+        node.name
+    );
+    let plan: Value = serde_json::from_str(&out).unwrap();
+    let expected = node.expected();
+    assert!(
+        plan["from_candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == &expected["from_kubelet"]),
+        "{} --to {v}: --from auto found {} but the node runs kubelet {}",
+        node.name,
+        plan["from_candidates"],
+        expected["from_kubelet"]
+    );
+    let records: HashMap<&str, &Value> = plan["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r))
+        .collect();
+    let rows = expected["containers"].as_array().unwrap();
+    assert_eq!(
+        records.len(),
+        rows.len(),
+        "{}: one plan record per store record",
+        node.name
+    );
+    let mut wrong = Vec::new();
+    for row in rows {
+        let id = row["id"].as_str().unwrap();
+        let Some(r) = records.get(id) else {
+            wrong.push(format!("{id}: not in the plan"));
+            continue;
+        };
+        let (action, target) = expected_action(row, v);
+        if r["action"] != action {
+            wrong.push(format!(
+                "{id} ({}): action {} (want {action}): {}",
+                row["container_name"], r["action"], r["reason"]
+            ));
+        }
+        if let Some(t) = &target {
+            if r["target_hash"].as_str() != Some(t) {
+                wrong.push(format!("{id}: target {} (want {t})", r["target_hash"]));
+            }
+        }
+        if let (Some(want), Some(_)) = (
+            row["targets"][v]["hash_without_resources"].as_str(),
+            row["stored_hash_without_resources"].as_str(),
+        ) {
+            if r["target_hash_without_resources"].as_str() != Some(want) {
+                wrong.push(format!(
+                    "{id}: target hashWithoutResources {} (want {want})",
+                    r["target_hash_without_resources"]
+                ));
+            }
+        }
+        if let Some(restart) = row["targets"][v]["kubelet_would_restart"].as_bool() {
+            if r["would_restart_without_rewrite"].as_bool() != Some(restart) {
+                wrong.push(format!(
+                    "{id} ({}, {}): would_restart_without_rewrite {} (want {restart})",
+                    row["container_name"], row["state"], r["would_restart_without_rewrite"]
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} --to {v}: {} record(s) differ from expected.json:\n{}",
+        node.name,
+        wrong.len(),
+        wrong
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    if let Some(s) = expected["summary_per_target"][v].as_object() {
+        assert_eq!(
+            plan["summary"]["would_restart_without_rewrite"], s["kubelet_would_restart"],
+            "{} --to {v}: restart count of the summary",
+            node.name
+        );
+    }
+    plan
+}
+
+/// patch → verify → patch again (no change) → rollback (every byte back).
+fn patch_cycle(node: &Node, v: &str) {
+    let before = node.tree();
+    let backup = node.dir.join("backup");
+    let report = node.dir.join("report.json");
+    let (code, _, err) = node.run(
+        "patch",
+        &[
+            "--to",
+            v,
+            "--backup-dir",
+            backup.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    );
+    assert!(
+        code == 0 || code == 4,
+        "{} patch --to {v}: exit {code}: {err}",
+        node.name
+    );
+    let patched = node.tree();
+    assert_ne!(
+        before, patched,
+        "{} patch --to {v} changed the store",
+        node.name
+    );
+    let (code, _, err) = node.run("verify", &["--to", v]);
+    assert_eq!(code, 0, "{} verify --to {v} after patch: {err}", node.name);
+    let (code, out, err) = node.run("plan", &["--to", v, "-o", "json"]);
+    assert!(code == 0 || code == 4, "{err}");
+    let plan: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        plan["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["action"] != "rewrite"),
+        "{} after patch nothing is left to rewrite",
+        node.name
+    );
+    let backup2 = node.dir.join("backup2");
+    let (code, _, err) = node.run(
+        "patch",
+        &["--to", v, "--backup-dir", backup2.to_str().unwrap()],
+    );
+    assert!(
+        code == 0 || code == 4,
+        "{} second patch: exit {code}: {err}",
+        node.name
+    );
+    assert_eq!(
+        node.tree(),
+        patched,
+        "{} a second patch changes nothing",
+        node.name
+    );
+    assert!(
+        err.contains("nothing to rewrite"),
+        "{}: second patch says so: {err}",
+        node.name
+    );
+
+    let out = Command::new(bin())
+        .arg("rollback")
+        .arg("--backup-dir")
+        .arg(&backup)
+        .args(node.store_flags())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} rollback: {}",
+        node.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        node.tree(),
+        before,
+        "{} rollback restores every byte",
+        node.name
+    );
+}
+
+fn small(name: &str) -> Node {
+    copy_node(&fixtures().join("nodes").join(name), name)
+}
+
+fn targets(node: &Node) -> Vec<String> {
+    node.expected()["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn every_target_then_patch(node: Node) {
+    let ts = targets(&node);
+    for v in &ts {
+        check_plan(&node, v);
+    }
+    patch_cycle(&node, ts.last().unwrap());
+}
+
+#[test]
+fn docker_20_10_node_from_1_14() {
+    every_target_then_patch(small("docker-20.10"));
+}
+
+#[test]
+fn containerd_1_6_node_from_1_24() {
+    every_target_then_patch(small("containerd-1.6"));
+}
+
+#[test]
+fn containerd_1_7_node_from_1_30() {
+    every_target_then_patch(small("containerd-1.7"));
+}
+
+#[test]
+fn crio_1_30_node_from_1_30() {
+    every_target_then_patch(small("crio-1.30"));
+}
+
+#[test]
+fn large_containerd_1_7_node() {
+    every_target_then_patch(unpack_large(
+        "containerd-1.7-large.tar.gz",
+        "containerd-1.7-large",
+    ));
+}
+
+#[test]
+fn large_docker_20_10_node() {
+    every_target_then_patch(unpack_large(
+        "docker-20.10-large.tar.gz",
+        "docker-20.10-large",
+    ));
+}
