@@ -1,0 +1,355 @@
+//! Shared harness of the live Docker tests (storepatch/tests/docker_live.rs and
+//! cli/tests/e2e_live.rs, which include this file with `#[path]`): a private dockerd 20.10
+//! (Debian 12 `docker.io`; scripts/setup-docker.sh) with live-restore, everything under one
+//! temporary directory (data-root, exec-root, pidfile, socket), an image built from static
+//! busybox, and a Drop guard that removes the containers, stops dockerd, kills what is left of
+//! our processes by pid, unmounts and removes the directory even when an assertion fails.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use storepatch::live::docker::DockerClient;
+
+pub const SETUP: &str = "run scripts/setup-docker.sh (as root) first";
+
+pub fn find_dockerd() -> PathBuf {
+    for d in [
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+        "/usr/local/sbin",
+        "/usr/local/bin",
+    ] {
+        let p = Path::new(d).join("dockerd");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("dockerd not found: {SETUP}");
+}
+
+pub fn pid_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// A private dockerd and everything it leaves behind.
+pub struct Daemon {
+    pub dir: tempfile::TempDir,
+    pub dockerd: PathBuf,
+    pub child: Option<Child>,
+    pub starts: u32,
+    pub container_ids: Vec<String>,
+    pub container_pids: Vec<u32>,
+}
+
+impl Daemon {
+    pub fn new() -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("sp-dlive-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        for d in ["data", "exec", "kubelet"] {
+            fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        Daemon {
+            dir,
+            dockerd: find_dockerd(),
+            child: None,
+            starts: 0,
+            container_ids: Vec::new(),
+            container_pids: Vec::new(),
+        }
+    }
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+    pub fn data_root(&self) -> PathBuf {
+        self.path("data")
+    }
+    pub fn pidfile(&self) -> PathBuf {
+        self.path("docker.pid")
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.path("docker.sock")
+    }
+    pub fn client(&self) -> DockerClient {
+        DockerClient::new(self.socket()).with_timeout(Duration::from_secs(60))
+    }
+    pub fn log_tail(&self) -> String {
+        let mut s = String::new();
+        for n in 1..=self.starts {
+            let text =
+                fs::read_to_string(self.path(&format!("dockerd-{n}.log"))).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            s.push_str(&format!("--- dockerd-{n}.log (tail)\n"));
+            for l in &lines[lines.len().saturating_sub(15)..] {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+        s
+    }
+
+    pub fn start(&mut self) {
+        self.starts += 1;
+        let log = fs::File::create(self.path(&format!("dockerd-{}.log", self.starts))).unwrap();
+        let mut cmd = Command::new(&self.dockerd);
+        cmd.arg("--data-root")
+            .arg(self.data_root())
+            .arg("--exec-root")
+            .arg(self.path("exec"))
+            .arg("--pidfile")
+            .arg(self.pidfile())
+            .arg("-H")
+            .arg(format!("unix://{}", self.socket().display()))
+            .arg("--config-file")
+            .arg(self.path("daemon.json"))
+            .args([
+                "--live-restore",
+                "--iptables=false",
+                "--ip-masq=false",
+                "--bridge=none",
+                "--storage-driver=vfs",
+            ])
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        // SAFETY: setsid is async-signal-safe; a new session keeps dockerd out of our group.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        if !self.path("daemon.json").exists() {
+            fs::write(self.path("daemon.json"), b"{}\n").unwrap();
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start dockerd: {e}; {SETUP}"));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if self.client().ping().is_ok() {
+                return;
+            }
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!("dockerd exited at start ({st}):\n{}", self.log_tail());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "dockerd did not answer in 90 s:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// SIGTERM to dockerd's pid and wait for it to exit (with live-restore the containers
+    /// keep running).
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // SAFETY: plain kill(2) of our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "dockerd did not exit within 60 s of SIGTERM:\n{}",
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Its managed containerd exits shortly after it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self
+            .our_processes(|cmd| cmd.contains("containerd") && !cmd.contains("shim"))
+            .is_empty()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Pids of processes whose command line names our temp dir and matches `pred`.
+    pub fn our_processes(&self, pred: impl Fn(&str) -> bool) -> Vec<u32> {
+        let me = self.dir.path().to_string_lossy().into_owned();
+        let mut v = Vec::new();
+        for e in fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(raw) = fs::read(format!("/proc/{pid}/cmdline")) else {
+                continue;
+            };
+            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+            if cmd.contains(&me) && pred(&cmd) {
+                v.push(pid);
+            }
+        }
+        v
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // 1. Remove our containers through dockerd when it runs (cleans its cgroups too).
+        if self.child.is_some() {
+            let c = self.client().with_timeout(Duration::from_secs(30));
+            for id in &self.container_ids {
+                let _ = c.request("DELETE", &format!("/containers/{id}?force=1"), None);
+            }
+        }
+        // 2. Stop dockerd.
+        if let Some(mut child) = self.child.take() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // 3. Kill what is left: the container processes we recorded, then every process that
+        //    names our dir (shims, managed containerd), by pid.
+        for &pid in &self.container_pids {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        for _ in 0..50 {
+            let left = self.our_processes(|_| true);
+            if left.is_empty() {
+                break;
+            }
+            for pid in left {
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // 4. Unmount everything dockerd mounted under our dir, deepest first.
+        let me = self.dir.path().to_string_lossy().into_owned();
+        let mut mounts: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(String::from))
+            .filter(|m| m.starts_with(&me))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let c = std::ffi::CString::new(m).unwrap();
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+        // 5. Empty cgroups dockerd made for our containers (default parent /docker/<id>).
+        if let Ok(hier) = fs::read_dir("/sys/fs/cgroup") {
+            let hier: Vec<PathBuf> = hier.flatten().map(|e| e.path()).collect();
+            for id in &self.container_ids {
+                for h in &hier {
+                    let _ = fs::remove_dir(h.join("docker").join(id));
+                }
+            }
+        }
+        // The TempDir removes the directory.
+    }
+}
+
+/// A ustar archive of a one-binary root filesystem: /bin/busybox plus sh and sleep links.
+pub fn busybox_rootfs_tar() -> Vec<u8> {
+    let busybox = fs::read("/bin/busybox").unwrap_or_else(|e| panic!("/bin/busybox: {e}; {SETUP}"));
+    assert!(
+        busybox.len() > 64 && !busybox.windows(16).any(|w| w == b"/lib64/ld-linux-"),
+        "/bin/busybox is not the static build (busybox-static); {SETUP}"
+    );
+    let mut out = Vec::new();
+    let mut entry = |name: &str, mode: u32, kind: u8, link: &str, data: &[u8]| {
+        let mut h = [0u8; 512];
+        h[..name.len()].copy_from_slice(name.as_bytes());
+        let octal = |h: &mut [u8; 512], at: usize, len: usize, v: u64| {
+            let s = format!("{:0w$o}\0", v, w = len - 1);
+            h[at..at + len].copy_from_slice(s.as_bytes());
+        };
+        octal(&mut h, 100, 8, mode as u64);
+        octal(&mut h, 108, 8, 0);
+        octal(&mut h, 116, 8, 0);
+        octal(&mut h, 124, 12, data.len() as u64);
+        octal(&mut h, 136, 12, 1_700_000_000);
+        h[148..156].copy_from_slice(b"        ");
+        h[156] = kind;
+        h[157..157 + link.len()].copy_from_slice(link.as_bytes());
+        h[257..263].copy_from_slice(b"ustar\0");
+        h[263..265].copy_from_slice(b"00");
+        let sum: u32 = h.iter().map(|&b| b as u32).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        out.extend_from_slice(&h);
+        out.extend_from_slice(data);
+        out.resize(out.len().div_ceil(512) * 512, 0);
+    };
+    for d in ["bin/", "etc/", "tmp/", "proc/", "sys/", "dev/"] {
+        entry(d, if d == "tmp/" { 0o1777 } else { 0o755 }, b'5', "", b"");
+    }
+    entry("bin/busybox", 0o755, b'0', "", &busybox);
+    entry("bin/sh", 0o777, b'2', "busybox", b"");
+    entry("bin/sleep", 0o777, b'2', "busybox", b"");
+    entry(
+        "etc/passwd",
+        0o644,
+        b'0',
+        "",
+        b"root:x:0:0:root:/:/bin/sh\n",
+    );
+    entry("etc/group", 0o644, b'0', "", b"root:x:0:\n");
+    out.extend_from_slice(&[0u8; 1024]);
+    out
+}
+
+pub const LOOP: &str = "trap \"exit 0\" TERM INT; while true; do sleep 3600 & wait $!; done";
+
+pub fn create(c: &DockerClient, name: &str, body: Value) -> String {
+    let v: Value = c
+        .call(
+            "POST",
+            &format!("/containers/create?name={name}"),
+            Some(("application/json", &serde_json::to_vec(&body).unwrap())),
+        )
+        .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    v["Id"].as_str().unwrap().to_string()
+}
+
+/// Imports the busybox root filesystem as image `repo:tag`; returns its id.
+pub fn import_busybox_image(c: &DockerClient, repo: &str, tag: &str) -> String {
+    let tar = busybox_rootfs_tar();
+    let r = c
+        .request(
+            "POST",
+            &format!("/images/create?fromSrc=-&repo={repo}&tag={tag}"),
+            Some(("application/x-tar", &tar)),
+        )
+        .unwrap();
+    let text = String::from_utf8_lossy(&r.body);
+    assert!(
+        r.status == 200 && !text.contains("\"error"),
+        "image import: {} {text}",
+        r.status
+    );
+    let img: Value = c
+        .call("GET", &format!("/images/{repo}:{tag}/json"), None)
+        .unwrap();
+    img["Id"].as_str().unwrap().to_string()
+}
