@@ -175,11 +175,23 @@ pub fn decode(raw: &[u8], type_url: &str) -> Result<(Decoded, Value), String> {
 }
 
 pub fn decode_json(json: &[u8]) -> Result<(Decoded, Value), String> {
-    let doc: Value =
-        serde_json::from_slice(json).map_err(|e| format!("JSON does not decode: {e}"))?;
     // Go matches struct fields case-insensitively; a document with near-duplicate field names
     // would not mean what we read, so refuse it.
+    let doc: Value =
+        serde_json::from_slice(json).map_err(|e| format!("JSON does not decode: {e}"))?;
     spans(json, &[])?;
+    decode_doc(doc)
+}
+
+/// [`decode_json`] without the duplicate-field scan (for a caller that runs [`spans`] on the
+/// same bytes anyway, as [`rewrite_json`] does).
+pub fn decode_json_unscanned(json: &[u8]) -> Result<(Decoded, Value), String> {
+    let doc: Value =
+        serde_json::from_slice(json).map_err(|e| format!("JSON does not decode: {e}"))?;
+    decode_doc(doc)
+}
+
+fn decode_doc(doc: Value) -> Result<(Decoded, Value), String> {
     let top = doc.as_object().ok_or("JSON is not an object")?;
     match top.get("Version") {
         Some(Value::String(v)) if v == "v1" => {}

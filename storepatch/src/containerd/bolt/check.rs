@@ -261,11 +261,8 @@ pub fn check(view: &View<'_>, meta: &Meta) -> CheckReport {
                 } else {
                     (p.count, PAGE_HEADER)
                 };
-                if count
-                    .checked_mul(8)
-                    .and_then(|n| n.checked_add(start))
-                    .map_or(true, |end| end > p.buf.len())
-                {
+                let end = count.checked_mul(8).and_then(|n| n.checked_add(start));
+                if !matches!(end, Some(end) if end <= p.buf.len()) {
                     w.err(format!(
                         "freelist page {}: {count} ids do not fit in the page",
                         p.id

@@ -266,8 +266,7 @@ pub fn read_meta(data: &[u8]) -> Result<Meta, BoltError> {
                 Some((_, Err(e))) => e.clone(),
                 _ => "missing (file too short)".to_string(),
             };
-            let not_bolt =
-                m0.magic != MAGIC && other.as_ref().map_or(true, |(m, _)| m.magic != MAGIC);
+            let not_bolt = m0.magic != MAGIC && !matches!(other, Some((m, _)) if m.magic == MAGIC);
             let reason = if not_bolt {
                 format!("not a bolt file (no bolt magic on either meta page; meta 0: {e0})")
             } else {
