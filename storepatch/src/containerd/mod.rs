@@ -283,21 +283,21 @@ impl ContainerdStore {
     /// Runs bbolt's consistency check on the current meta.db (read-only, shared lock when
     /// free, else a private copy). For tests and the live-daemon checks.
     pub fn check_file(&self) -> Result<CheckReport, StoreError> {
-        let (db, _) = self.read_db()?;
+        let (db, _, _lock) = self.read_db()?;
         Ok(bolt::check::check(&db.view(), &db.meta))
     }
 
     /// meta.db opened for reading: mapped under a shared flock when it is free, otherwise a
     /// private snapshot (second value: a warning).
-    fn read_db(&self) -> Result<(Db, Option<String>), StoreError> {
+    fn read_db(&self) -> Result<(Db, Option<String>, File), StoreError> {
         let file = self.open_db_file(false)?;
         let locked =
             try_flock(&file, libc::LOCK_SH).map_err(|e| StoreError::io(&self.db_path, e))?;
         if locked {
             let db = Db::map(&file).map_err(|e| corrupt(&self.db_path, e))?;
-            // The mapping stays valid after the lock is released with the fd; containerd
-            // only ever grows the file.
-            Ok((db, None))
+            // The caller keeps `file` (and with it the shared lock) while it reads, so a
+            // containerd started meanwhile waits instead of reusing pages under us.
+            Ok((db, None, file))
         } else {
             let bytes =
                 std::fs::read(&self.db_path).map_err(|e| StoreError::io(&self.db_path, e))?;
@@ -308,6 +308,7 @@ impl ContainerdStore {
                     "{}; scanned a snapshot that may already be stale",
                     self.locked_evidence()
                 )),
+                file,
             ))
         }
     }
@@ -694,7 +695,7 @@ impl RuntimeStore for ContainerdStore {
     }
 
     fn scan(&self) -> Result<ScanReport, StoreError> {
-        let (db, warning) = self.read_db()?;
+        let (db, warning, _lock) = self.read_db()?;
         let mut report = ScanReport::default();
         report.warnings.extend(warning);
         let view = db.view();
