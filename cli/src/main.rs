@@ -106,6 +106,12 @@ enum Command {
         /// it differs from the original.
         #[arg(long)]
         accept_unrecorded: bool,
+        /// Instead of restoring bytes, write the previous hash values back (from the report in
+        /// the backup dir), after checking every rewritten container still holds what the patch
+        /// wrote. For a store the runtime has written to since (containerd commits to meta.db
+        /// at every start).
+        #[arg(long)]
+        values: bool,
     },
     /// List the supported kubelet versions and their hash algorithms.
     Versions {
@@ -302,10 +308,12 @@ fn main() -> ExitCode {
             backup_dir,
             store,
             accept_unrecorded,
+            values,
         } => finish(workflow::cmd_rollback(
             &backup_dir,
             &store.args(),
             accept_unrecorded,
+            values,
             &mut out,
         )),
         Command::Versions { output } => {

@@ -483,6 +483,7 @@ pub fn cmd_rollback(
     backup_dir: &Path,
     store_args: &StoreArgs,
     accept_unknown_new: bool,
+    by_value: bool,
     out: &mut dyn Write,
 ) -> Result<u8, Failure> {
     let manifest = storepatch::backup::read_manifest(backup_dir)?;
@@ -491,7 +492,22 @@ pub fn cmd_rollback(
     sa.root.get_or_insert(manifest.store_root.clone());
     let store = open_store(&sa)?;
     store.ensure_stopped()?;
-    let report = storepatch::backup::rollback(backup_dir, accept_unknown_new)?;
+    if by_value {
+        return rollback_values(backup_dir, store.as_ref(), out);
+    }
+    let report = match storepatch::backup::rollback(backup_dir, accept_unknown_new) {
+        Ok(r) => r,
+        Err(e @ StoreError::RollbackConflict { .. }) => {
+            return Err(Failure::new(
+                exit::REFUSED,
+                format!(
+                    "{e}. If the runtime has run since the patch (containerd commits to meta.db at every start), `rollback --values --backup-dir {}` writes the old hash values back instead, after checking that every rewritten container still holds exactly the value we wrote",
+                    backup_dir.display()
+                ),
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
     for (path, action) in &report.files {
         let a = match action {
             storepatch::backup::RollbackAction::Restored => "restored",
@@ -499,6 +515,107 @@ pub fn cmd_rollback(
         };
         writeln!(out, "{a}: {}", path.display())
             .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
+    }
+    Ok(exit::OK)
+}
+
+/// Value-level undo: for every container the patch rewrote (from the report in the backup
+/// dir), check that the store still holds exactly the value we wrote, then write the old value
+/// back through the normal apply path (with a backup of its own under `<dir>/undo-<time>`).
+/// For stores the runtime has written to since the patch, where byte restore would lose the
+/// runtime's own changes.
+fn rollback_values(
+    backup_dir: &Path,
+    store: &dyn RuntimeStore,
+    out: &mut dyn Write,
+) -> Result<u8, Failure> {
+    let report_path = backup_dir.join("report.json");
+    let bytes = std::fs::read(&report_path).map_err(|e| {
+        Failure::new(
+            exit::REFUSED,
+            format!(
+                "{}: {e}: a value rollback needs the patch report",
+                report_path.display()
+            ),
+        )
+    })?;
+    let report: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Failure::new(
+            exit::REFUSED,
+            format!("{}: not a patch report: {e}", report_path.display()),
+        )
+    })?;
+    let scan = store.scan()?;
+    let now: std::collections::HashMap<&str, &storepatch::StoreRecord> =
+        scan.records.iter().map(|r| (r.id.as_str(), r)).collect();
+    let mut undo = Vec::new();
+    let mut already = 0;
+    let mut conflicts = Vec::new();
+    for r in report["records"].as_array().into_iter().flatten() {
+        if r["action"] != "rewrite" {
+            continue;
+        }
+        let id = r["id"].as_str().unwrap_or_default();
+        let (Some(old), Some(new)) = (r["stored_hash"].as_str(), r["target_hash"].as_str()) else {
+            conflicts.push(format!("{id}: the report lacks its hashes"));
+            continue;
+        };
+        let old_wr = r["stored_hash_without_resources"].as_str();
+        let new_wr = r["target_hash_without_resources"].as_str();
+        let Some(cur) = now.get(id) else {
+            conflicts.push(format!("{id}: no longer in the store"));
+            continue;
+        };
+        let cur_h = cur.hash.as_deref();
+        let cur_wr = cur.hash_without_resources.as_deref();
+        if cur_h == Some(old) && (new_wr.is_none() || cur_wr == old_wr) {
+            already += 1;
+            continue;
+        }
+        if cur_h != Some(new) || (new_wr.is_some() && cur_wr != new_wr) {
+            conflicts.push(format!(
+                "{id}: holds {} but the patch wrote {new}: changed since, not ours to undo",
+                cur_h.unwrap_or("(none)")
+            ));
+            continue;
+        }
+        undo.push(storepatch::Rewrite {
+            id: id.to_string(),
+            hash: old.to_string(),
+            hash_without_resources: new_wr.and(old_wr).map(str::to_string),
+        });
+    }
+    if !conflicts.is_empty() {
+        return Err(Failure::new(
+            exit::REFUSED,
+            format!(
+                "value rollback refused, nothing written: {}",
+                conflicts.join("; ")
+            ),
+        ));
+    }
+    if !undo.is_empty() {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let dir = backup_dir.join(format!("undo-{secs}"));
+        let mut backup =
+            storepatch::backup::Backup::create(&dir, store.kind().name(), store.root())?;
+        store.apply(&undo, &mut backup)?;
+        writeln!(
+            out,
+            "restored the previous hash of {} container(s) ({already} already had it); backup of this undo in {}",
+            undo.len(),
+            dir.display()
+        )
+        .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
+    } else {
+        writeln!(
+            out,
+            "every rewritten container already holds its previous hash ({already})"
+        )
+        .map_err(|e| Failure::new(exit::FAILURE, e.to_string()))?;
     }
     Ok(exit::OK)
 }

@@ -387,3 +387,109 @@ fn large_docker_20_10_node() {
         "docker-20.10-large",
     ));
 }
+
+/// After the runtime has written to the store since the patch (containerd commits to meta.db
+/// at every start), a byte rollback is refused, and `rollback --values` writes the previous
+/// hashes back while keeping the runtime's own change.
+#[test]
+fn value_rollback_after_the_store_changed_since_the_patch() {
+    use storepatch::RuntimeStore;
+    let node = small("containerd-1.7");
+    let backup = node.dir.join("backup");
+    let (code, out, err) = node.run("plan", &["--to", "1.31", "-o", "json"]);
+    assert!(code == 0 || code == 4, "{err}");
+    let before: Value = serde_json::from_str(&out).unwrap();
+    let (code, _, err) = node.run(
+        "patch",
+        &["--to", "1.31", "--backup-dir", backup.to_str().unwrap()],
+    );
+    assert!(code == 0 || code == 4, "patch: {err}");
+
+    // Someone else writes the store: the orphan's hash changes (the runtime's own commit).
+    let orphan = before["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["action"] == "orphan")
+        .expect("the node has an orphan");
+    let orphan_id = orphan["id"].as_str().unwrap().to_string();
+    let store = storepatch::containerd::ContainerdStore::with_options(
+        &node.dir.join("var/lib/containerd"),
+        storepatch::containerd::ContainerdOptions {
+            socket: Some(node.dir.join("no-such-runtime/sock")),
+        },
+    )
+    .unwrap();
+    let mut other = storepatch::backup::Backup::create(
+        &node.dir.join("other-backup"),
+        "containerd",
+        store.root(),
+    )
+    .unwrap();
+    store
+        .apply(
+            &[storepatch::Rewrite {
+                id: orphan_id.clone(),
+                hash: "abc123".into(),
+                hash_without_resources: None,
+            }],
+            &mut other,
+        )
+        .unwrap();
+
+    let rollback = |extra: &[&str]| {
+        Command::new(bin())
+            .arg("rollback")
+            .arg("--backup-dir")
+            .arg(&backup)
+            .args(node.store_flags())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let refused = rollback(&[]);
+    assert_eq!(
+        refused.status.code(),
+        Some(3),
+        "byte rollback refuses a store changed since"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--values"),
+        "the refusal names the way out: {}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let by_value = rollback(&["--values"]);
+    assert!(
+        by_value.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_value.stderr)
+    );
+
+    let scan = store.scan().unwrap();
+    let now: HashMap<&str, &storepatch::StoreRecord> =
+        scan.records.iter().map(|r| (r.id.as_str(), r)).collect();
+    for r in before["records"].as_array().unwrap() {
+        let id = r["id"].as_str().unwrap();
+        if id == orphan_id {
+            assert_eq!(
+                now[id].hash.as_deref(),
+                Some("abc123"),
+                "the other writer's change is kept"
+            );
+        } else if r["kind"] == "container" && r["action"] != "undecodable" {
+            assert_eq!(
+                now[id].hash.as_deref(),
+                r["stored_hash"].as_str(),
+                "{id}: previous hash back"
+            );
+            assert_eq!(
+                now[id].hash_without_resources.as_deref(),
+                r["stored_hash_without_resources"].as_str(),
+                "{id}: previous hashWithoutResources back"
+            );
+        }
+    }
+    let again = rollback(&["--values"]);
+    assert!(again.status.success(), "a second value rollback is a no-op");
+    assert!(String::from_utf8_lossy(&again.stdout).contains("already"));
+}
