@@ -1,0 +1,1096 @@
+//! The `kubelet-rehash` binary end to end on REAL daemons: a private dockerd 20.10 (live-restore,
+//! dockershim-shaped pods) and private containerd 1.6.20, 1.7.24 and 2.1.9 (kubelet-shaped pods
+//! through the CRI), the harnesses of storepatch's live tests (storepatch/tests/support/).
+//!
+//! Each container's stored hash is the REAL kubelet hash (hashcompat) of a golden container spec
+//! (fixtures/golden/specs.jsonl) for the FROM version; the pods file lists those specs with pod
+//! uid/name/namespace matching the runtime's labels and a status naming every container
+//! (`docker://<id>`, `containerd://<id>`) as running. One container is drifted (it carries the
+//! hash of a different spec: `unproven`), one is orphaned (its pod has no such container).
+//!
+//! Flow per runtime: `plan -o json` (actions, hashes, FROM found by `--from auto`), `patch` while
+//! the runtime runs (exit 3, store unchanged), stop the runtime by pid (containers keep running),
+//! `patch` + `rollback` before the runtime ever ran on the patched store (byte-exact), `patch`
+//! again (report), `patch` a second time (nothing to do, store unchanged), start the runtime,
+//! `verify --live` (exit 0) and an independent check through the CRI / Engine API: every
+//! rewritten container reports its target hash, every other one its old hash, all run with the
+//! same pid (same process: /proc start time). Then `rollback` while the runtime runs (exit 3),
+//! stop, `rollback`: Docker restores the old labels (dockerd re-serialises config.v2.json
+//! byte-identically), containerd refuses (it committed its own transaction at start) and
+//! nothing changes; start again and check the runtime's view.
+//!
+//! Needs root, scripts/setup-docker.sh and scripts/setup-containerd.sh. The runtimes run one
+//! after another (one process-wide lock); Drop guards clean up even on failure.
+
+#[path = "../../storepatch/tests/support/containerd.rs"]
+mod ctd;
+#[path = "../../storepatch/tests/support/docker.rs"]
+mod dkr;
+
+use hashcompat::KubeletVersion;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use storepatch::live::cri::CriClient;
+
+const HASH: &str = "io.kubernetes.container.hash";
+const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_kubelet-rehash")
+}
+
+// ---------------------------------------------------------------------------------------------
+// the node: pods, specs, stored hashes, expectations
+// ---------------------------------------------------------------------------------------------
+
+fn golden(id: &str) -> Value {
+    let path = ctd::workspace().join("fixtures/golden/specs.jsonl");
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for l in text.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        if v["id"] == id {
+            return v["container"].clone();
+        }
+    }
+    panic!("{}: no spec {id}", path.display());
+}
+
+/// `golden(id)` under another container name.
+fn named(id: &str, name: &str) -> Value {
+    let mut s = golden(id);
+    s["name"] = json!(name);
+    s
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Expect {
+    Rewrite {
+        target: String,
+        target_wr: Option<String>,
+    },
+    Unchanged,
+    Unproven,
+    Orphan,
+}
+
+#[derive(Debug, Clone)]
+struct PodDef {
+    ns: String,
+    name: String,
+    uid: String,
+    sandbox: String,
+}
+
+#[derive(Debug, Clone)]
+struct Ctr {
+    pod: usize,
+    name: String,
+    /// In the pods file (None: orphan, the pod has no such container).
+    spec: Option<Value>,
+    stored: String,
+    stored_wr: Option<String>,
+    expect: Expect,
+    /// Runtime id, set when created.
+    id: String,
+}
+
+fn v(s: &str) -> KubeletVersion {
+    s.parse().unwrap()
+}
+
+fn hashes(spec: &Value, ver: &str) -> (String, Option<String>) {
+    let h = hashcompat::hash_container(spec, v(ver))
+        .unwrap_or_else(|e| panic!("hashcompat {ver} of {}: {e}", spec["name"]));
+    (
+        h.hash.to_string(),
+        h.hash_without_resources.map(|x| x.to_string()),
+    )
+}
+
+/// The node: two pods; `specs` = (golden id, container name) of the first pod's proven
+/// containers, then a proven one and a drifted one in the second pod, and an orphan. `with_wr`:
+/// the FROM kubelet wrote hashWithoutResources (1.27–1.30 with InPlacePodVerticalScaling).
+fn node(
+    tag: &str,
+    specs: &[(&str, &str)],
+    from: &str,
+    to: &str,
+    with_wr: bool,
+) -> (Vec<PodDef>, Vec<Ctr>) {
+    let pods = vec![
+        PodDef {
+            ns: "shop".into(),
+            name: format!("web-{tag}-5d8f7c9b6-x2k4p"),
+            uid: format!("e2e00000-{tag:0>4}-4c6d-9e8f-000000000001"),
+            sandbox: String::new(),
+        },
+        PodDef {
+            ns: "kube-system".into(),
+            name: format!("tools-{tag}-8xk2q"),
+            uid: format!("e2e00000-{tag:0>4}-4c6d-9e8f-000000000002"),
+            sandbox: String::new(),
+        },
+    ];
+    let mut ctrs = Vec::new();
+    let mut add =
+        |pod: usize, name: &str, spec: Option<Value>, stored_from: &Value, drifted: bool| {
+            let (stored, wr) = hashes(stored_from, from);
+            let stored_wr = if with_wr { wr } else { None };
+            let expect = match &spec {
+                None => Expect::Orphan,
+                Some(_) if drifted => Expect::Unproven,
+                Some(s) => {
+                    let (t, t_wr) = hashes(s, to);
+                    let wr_eq = match (&stored_wr, &t_wr) {
+                        (Some(a), Some(b)) => a == b,
+                        _ => true,
+                    };
+                    if t == stored && wr_eq {
+                        Expect::Unchanged
+                    } else {
+                        Expect::Rewrite {
+                            target: t,
+                            target_wr: if stored_wr.is_some() { t_wr } else { None },
+                        }
+                    }
+                }
+            };
+            ctrs.push(Ctr {
+                pod,
+                name: name.into(),
+                spec,
+                stored,
+                stored_wr,
+                expect,
+                id: String::new(),
+            });
+        };
+    let (last, first) = specs.split_last().unwrap();
+    for (id, name) in first {
+        let s = named(id, name);
+        add(0, name, Some(s.clone()), &s, false);
+    }
+    // orphan: a container of pod 0 the pods file does not list
+    add(0, "ghost", None, &named("f001-minimal", "ghost"), false);
+    let s = named(last.0, last.1);
+    add(1, last.1, Some(s.clone()), &s, false);
+    // drifted: the pod's spec is f005, the container was created from (an edited) f008
+    add(
+        1,
+        "shell",
+        Some(named("f005-command-args-unicode", "shell")),
+        &named("f008-env-values", "shell"),
+        true,
+    );
+    (pods, ctrs)
+}
+
+/// `kubectl get pods -A -o json` of the node, as a `List`.
+fn pods_json(pods: &[PodDef], ctrs: &[Ctr], scheme: &str) -> Value {
+    let items: Vec<Value> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mine: Vec<&Ctr> = ctrs
+                .iter()
+                .filter(|c| c.pod == i && c.spec.is_some())
+                .collect();
+            json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": p.name, "namespace": p.ns, "uid": p.uid},
+                "spec": {
+                    "containers": mine.iter().map(|c| c.spec.clone().unwrap()).collect::<Vec<_>>(),
+                    "nodeName": "e2e-node",
+                    "restartPolicy": "Always",
+                },
+                "status": {
+                    "phase": "Running",
+                    "containerStatuses": mine.iter().map(|c| json!({
+                        "name": c.name,
+                        "containerID": format!("{scheme}://{}", c.id),
+                        "image": c.spec.as_ref().unwrap()["image"],
+                        "imageID": "",
+                        "ready": true,
+                        "restartCount": 0,
+                        "started": true,
+                        "state": {"running": {"startedAt": "2026-01-01T10:00:00Z"}},
+                    })).collect::<Vec<_>>(),
+                },
+            })
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items})
+}
+
+// ---------------------------------------------------------------------------------------------
+// the runtimes
+// ---------------------------------------------------------------------------------------------
+
+/// What the runtime reports about one container.
+#[derive(Debug)]
+struct Live {
+    hash: Option<String>,
+    hash_wr: Option<String>,
+    running: bool,
+    pid: Option<u32>,
+}
+
+trait Runtime {
+    fn label(&self) -> String;
+    fn start(&mut self);
+    fn stop(&mut self);
+    /// `--runtime … --root … --runtime-socket …` for this private daemon.
+    fn store_flags(&self) -> Vec<String>;
+    fn endpoint(&self) -> String;
+    /// The store files a patch may write, with their bytes.
+    fn snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>>;
+    /// Every container the runtime lists, by id.
+    fn live(&self) -> HashMap<String, Live>;
+    fn scheme(&self) -> &'static str;
+    fn tmp(&self) -> PathBuf;
+}
+
+struct Containerd {
+    h: ctd::Harness,
+    cri: Option<CriClient>,
+}
+
+impl Runtime for Containerd {
+    fn label(&self) -> String {
+        format!("containerd {}", self.h.line.version)
+    }
+    fn start(&mut self) {
+        self.cri = Some(self.h.start());
+    }
+    fn stop(&mut self) {
+        self.cri = None;
+        self.h.stop();
+    }
+    fn store_flags(&self) -> Vec<String> {
+        vec![
+            "--runtime".into(),
+            "containerd".into(),
+            "--root".into(),
+            self.h.p.root.display().to_string(),
+            "--runtime-socket".into(),
+            self.h.p.sock.display().to_string(),
+        ]
+    }
+    fn endpoint(&self) -> String {
+        self.h.endpoint()
+    }
+    fn snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let db = self.h.meta_db();
+        [(db.clone(), fs::read(&db).unwrap())].into()
+    }
+    fn live(&self) -> HashMap<String, Live> {
+        let cri = self.cri.as_ref().expect("containerd runs");
+        cri.list_containers()
+            .expect("ListContainers")
+            .into_iter()
+            .map(|c| {
+                let l = Live {
+                    hash: c.annotations.get(HASH).cloned(),
+                    hash_wr: c.annotations.get(HASH_WR).cloned(),
+                    running: c.state == "CONTAINER_RUNNING",
+                    pid: c.pid,
+                };
+                (c.id, l)
+            })
+            .collect()
+    }
+    fn scheme(&self) -> &'static str {
+        "containerd"
+    }
+    fn tmp(&self) -> PathBuf {
+        self.h.p.t.clone()
+    }
+}
+
+impl Containerd {
+    fn new(line: ctd::Line, pods: &mut [PodDef], ctrs: &mut [Ctr]) -> Containerd {
+        let mut h = ctd::Harness::new(line);
+        let pause_tar = ctd::build_image(&h.p.t, ctd::PAUSE_IMAGE, "pause");
+        let app_tar = ctd::build_image(&h.p.t, ctd::APP_IMAGE, "app");
+        let cri = h.start();
+        h.ctr_import(&pause_tar, ctd::PAUSE_IMAGE);
+        h.ctr_import(&app_tar, ctd::APP_IMAGE);
+        let vv = line.version;
+        let app_id = ctd::wait_image(&cri, ctd::APP_IMAGE, vv);
+        ctd::wait_image(&cri, ctd::PAUSE_IMAGE, vv);
+        for (i, p) in pods.iter_mut().enumerate() {
+            let pc = ctd::pod_config(&h, &p.ns, &p.name, &p.uid);
+            p.sandbox = cri
+                .run_pod_sandbox(&pc)
+                .unwrap_or_else(|e| panic!("containerd {vv}: RunPodSandbox {}: {e}", p.name));
+            h.sandboxes.push(p.sandbox.clone());
+            for c in ctrs.iter_mut().filter(|c| c.pod == i) {
+                let spec = ctd::spec(&c.name, &c.stored, c.stored_wr.as_deref(), true);
+                let cc = ctd::container_config(&h, &pc, &app_id, &spec);
+                c.id = cri
+                    .create_container(&p.sandbox, &cc, &pc)
+                    .unwrap_or_else(|e| panic!("containerd {vv}: CreateContainer {}: {e}", c.name));
+                cri.start_container(&c.id)
+                    .unwrap_or_else(|e| panic!("containerd {vv}: StartContainer {}: {e}", c.name));
+            }
+        }
+        Containerd { h, cri: Some(cri) }
+    }
+}
+
+struct Docker {
+    d: dkr::Daemon,
+    client: Option<storepatch::live::docker::DockerClient>,
+}
+
+impl Runtime for Docker {
+    fn label(&self) -> String {
+        "docker 20.10".into()
+    }
+    fn start(&mut self) {
+        self.d.start();
+        let mut c = self.d.client();
+        c.negotiate().unwrap();
+        self.client = Some(c);
+    }
+    fn stop(&mut self) {
+        self.client = None;
+        self.d.stop();
+    }
+    fn store_flags(&self) -> Vec<String> {
+        vec![
+            "--runtime".into(),
+            "docker".into(),
+            "--root".into(),
+            self.d.data_root().display().to_string(),
+            "--runtime-socket".into(),
+            self.d.socket().display().to_string(),
+            "--runtime-pidfile".into(),
+            self.d.pidfile().display().to_string(),
+            "--live-restore".into(),
+            "true".into(),
+            "--daemon-json".into(),
+            self.d.path("daemon.json").display().to_string(),
+        ]
+    }
+    fn endpoint(&self) -> String {
+        format!("unix://{}", self.d.socket().display())
+    }
+    fn snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut m = BTreeMap::new();
+        for e in fs::read_dir(self.d.data_root().join("containers"))
+            .unwrap()
+            .flatten()
+        {
+            for f in ["config.v2.json", "hostconfig.json"] {
+                let p = e.path().join(f);
+                if let Ok(b) = fs::read(&p) {
+                    m.insert(p, b);
+                }
+            }
+        }
+        m
+    }
+    fn live(&self) -> HashMap<String, Live> {
+        let c = self.client.as_ref().expect("dockerd runs");
+        c.inspect_all()
+            .expect("inspect")
+            .into_iter()
+            .map(|i| {
+                let l = Live {
+                    hash: i.labels.get(&format!("annotation.{HASH}")).cloned(),
+                    hash_wr: i.labels.get(&format!("annotation.{HASH_WR}")).cloned(),
+                    running: i.running,
+                    pid: (i.pid != 0).then_some(i.pid),
+                };
+                (i.id, l)
+            })
+            .collect()
+    }
+    fn scheme(&self) -> &'static str {
+        "docker"
+    }
+    fn tmp(&self) -> PathBuf {
+        self.d.dir.path().to_path_buf()
+    }
+}
+
+fn dockershim_labels(p: &PodDef, c: &Ctr, logdir: &Path) -> Value {
+    let mut l = json!({
+        "annotation.io.kubernetes.container.hash": c.stored,
+        "annotation.io.kubernetes.container.restartCount": "0",
+        "annotation.io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
+        "annotation.io.kubernetes.container.terminationMessagePolicy": "File",
+        "annotation.io.kubernetes.pod.terminationGracePeriod": "30",
+        "io.kubernetes.container.logpath": format!("{}/{}/0.log", logdir.display(), c.name),
+        "io.kubernetes.container.name": c.name,
+        "io.kubernetes.docker.type": "container",
+        "io.kubernetes.pod.name": p.name,
+        "io.kubernetes.pod.namespace": p.ns,
+        "io.kubernetes.pod.uid": p.uid,
+        "io.kubernetes.sandbox.id": p.sandbox,
+    });
+    if let Some(w) = &c.stored_wr {
+        l[format!("annotation.{HASH_WR}")] = json!(w);
+    }
+    l
+}
+
+impl Docker {
+    fn new(pods: &mut [PodDef], ctrs: &mut [Ctr]) -> Docker {
+        let mut d = dkr::Daemon::new();
+        d.start();
+        let mut c = d.client();
+        c.negotiate().unwrap();
+        let image = dkr::import_busybox_image(&c, "docker.io/library/e2etest", "1.0");
+        for (i, p) in pods.iter_mut().enumerate() {
+            let logdir = d.path(&format!("kubelet/log/pods/{}_{}_{}", p.ns, p.name, p.uid));
+            fs::create_dir_all(&logdir).unwrap();
+            p.sandbox = dkr::create(
+                &c,
+                &format!("k8s_POD_{}_{}_{}_0", p.name, p.ns, p.uid),
+                json!({
+                    "Image": image,
+                    "Entrypoint": ["/bin/sh", "-c", dkr::LOOP],
+                    "Env": ["PATH=/bin"],
+                    "Labels": {
+                        "annotation.kubernetes.io/config.seen": "2026-01-01T10:00:00.000000000Z",
+                        "annotation.kubernetes.io/config.source": "api",
+                        "io.kubernetes.container.name": "POD",
+                        "io.kubernetes.docker.type": "podsandbox",
+                        "io.kubernetes.pod.name": p.name,
+                        "io.kubernetes.pod.namespace": p.ns,
+                        "io.kubernetes.pod.uid": p.uid,
+                    },
+                    "HostConfig": {"NetworkMode": "host", "IpcMode": "shareable", "SecurityOpt": ["seccomp=unconfined"]},
+                }),
+            );
+            d.container_ids.push(p.sandbox.clone());
+            c.call::<Value>("POST", &format!("/containers/{}/start", p.sandbox), None)
+                .unwrap();
+            for ct in ctrs.iter_mut().filter(|ct| ct.pod == i) {
+                ct.id = dkr::create(
+                    &c,
+                    &format!("k8s_{}_{}_{}_{}_0", ct.name, p.name, p.ns, p.uid),
+                    json!({
+                        "Image": image,
+                        "Entrypoint": ["/bin/sh", "-c"],
+                        "Cmd": [format!("echo started; {}", dkr::LOOP)],
+                        "Env": ["KUBERNETES_SERVICE_HOST=10.96.0.1", "PATH=/bin"],
+                        "Healthcheck": {"Test": ["NONE"]},
+                        "Labels": dockershim_labels(p, ct, &logdir),
+                        "HostConfig": {
+                            "NetworkMode": format!("container:{}", p.sandbox),
+                            "IpcMode": format!("container:{}", p.sandbox),
+                            "UTSMode": "host",
+                            "RestartPolicy": {"Name": "no"},
+                            "SecurityOpt": ["seccomp=unconfined"],
+                        },
+                    }),
+                );
+                d.container_ids.push(ct.id.clone());
+                c.call::<Value>("POST", &format!("/containers/{}/start", ct.id), None)
+                    .unwrap();
+            }
+        }
+        let mut docker = Docker { d, client: Some(c) };
+        // the guard kills these by pid if anything goes wrong
+        let pids: Vec<u32> = docker.live().values().filter_map(|l| l.pid).collect();
+        docker.d.container_pids.extend(pids);
+        docker
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the binary
+// ---------------------------------------------------------------------------------------------
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+fn run(what: &str, args: &[String]) -> Out {
+    let t0 = Instant::now();
+    let o = Command::new(bin())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {}: {e}", bin()));
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        took: t0.elapsed(),
+    }
+}
+
+fn expect_code(what: &str, o: &Out, code: i32) {
+    assert_eq!(
+        o.code, code,
+        "{what}: exit {} (expected {code})\nstdout:\n{}\nstderr:\n{}",
+        o.code, o.stdout, o.stderr
+    );
+}
+
+fn args(parts: &[&[String]]) -> Vec<String> {
+    parts.iter().flat_map(|p| p.iter().cloned()).collect()
+}
+
+fn s(x: &str) -> String {
+    x.to_string()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1e3)
+}
+
+// ---------------------------------------------------------------------------------------------
+// checks
+// ---------------------------------------------------------------------------------------------
+
+/// The plan report: FROM found, every record's action and hashes as expected.
+fn check_report(label: &str, rep: &Value, pods: &[PodDef], ctrs: &[Ctr], from: &str, to: &str) {
+    assert!(
+        rep["from_candidates"]
+            .as_array()
+            .is_some_and(|a| a.contains(&json!(from))),
+        "{label}: --from auto found {} / {}, expected {from} among them",
+        rep["from"],
+        rep["from_candidates"]
+    );
+    assert_eq!(rep["to"], json!(to), "{label}: to");
+    let records = rep["records"].as_array().expect("records");
+    assert_eq!(
+        records.len(),
+        ctrs.len() + pods.len(),
+        "{label}: {} records, expected {} containers + {} sandboxes",
+        records.len(),
+        ctrs.len(),
+        pods.len()
+    );
+    for p in pods {
+        let r = records.iter().find(|r| r["id"] == json!(p.sandbox));
+        let r = r.unwrap_or_else(|| panic!("{label}: no record for sandbox {}", p.sandbox));
+        assert_eq!(r["action"], "sandbox", "{label}: sandbox {}", p.name);
+        assert_eq!(r["kind"], "sandbox");
+    }
+    for c in ctrs {
+        let r = records.iter().find(|r| r["id"] == json!(c.id));
+        let r = r.unwrap_or_else(|| panic!("{label}: no record for {} ({})", c.name, c.id));
+        let what = format!("{label}: record of {}/{}", pods[c.pod].name, c.name);
+        assert_eq!(r["kind"], "container", "{what}");
+        assert_eq!(r["pod_uid"], json!(pods[c.pod].uid), "{what}");
+        assert_eq!(r["pod"], json!(pods[c.pod].name), "{what}");
+        assert_eq!(r["namespace"], json!(pods[c.pod].ns), "{what}");
+        assert_eq!(r["container"], json!(c.name), "{what}");
+        assert_eq!(r["stored_hash"], json!(c.stored), "{what}");
+        assert_eq!(
+            r["stored_hash_without_resources"],
+            json!(c.stored_wr),
+            "{what}"
+        );
+        let action = match &c.expect {
+            Expect::Rewrite { target, target_wr } => {
+                assert_eq!(r["target_hash"], json!(target), "{what}");
+                assert_eq!(
+                    r["target_hash_without_resources"],
+                    json!(target_wr),
+                    "{what}"
+                );
+                assert_eq!(r["from_hash"], json!(c.stored), "{what}: from_hash");
+                "rewrite"
+            }
+            Expect::Unchanged => {
+                assert_eq!(r["target_hash"], json!(c.stored), "{what}");
+                "unchanged"
+            }
+            Expect::Unproven => {
+                let (t, _) = hashes(c.spec.as_ref().unwrap(), to);
+                assert_eq!(r["target_hash"], json!(t), "{what}");
+                assert_ne!(r["from_hash"], json!(c.stored), "{what}");
+                "unproven"
+            }
+            Expect::Orphan => "orphan",
+        };
+        assert_eq!(r["action"], action, "{what}: {}", r["reason"]);
+        if c.spec.is_some() {
+            assert_eq!(r["state"], "running", "{what}: state from the pods file");
+        }
+    }
+    let restart_after = rep["summary"]["would_restart_after_rewrite"].as_u64();
+    assert_eq!(
+        restart_after,
+        Some(1),
+        "{label}: only the drifted container restarts: {}",
+        rep["summary"]
+    );
+}
+
+/// (pid, start time) of every container, from the runtime.
+fn pids_now(rt: &dyn Runtime, ctrs: &[Ctr]) -> BTreeMap<String, (u32, u64)> {
+    let live = rt.live();
+    ctrs.iter()
+        .map(|c| {
+            let l = live
+                .get(&c.id)
+                .unwrap_or_else(|| panic!("{}: {} ({}) not listed", rt.label(), c.name, c.id));
+            assert!(
+                l.running,
+                "{}: {} is not running: {l:?}",
+                rt.label(),
+                c.name
+            );
+            let pid = l
+                .pid
+                .unwrap_or_else(|| panic!("{}: no pid for {}", rt.label(), c.name));
+            let (_, start) = ctd::proc_stat(pid).expect("container process");
+            (c.id.clone(), (pid, start))
+        })
+        .collect()
+}
+
+/// The runtime's view: each container runs as the same process and reports `want(c)`.
+fn check_live(
+    rt: &dyn Runtime,
+    ctrs: &[Ctr],
+    pids: &BTreeMap<String, (u32, u64)>,
+    want: &dyn Fn(&Ctr) -> (String, Option<String>),
+    phase: &str,
+) {
+    let label = rt.label();
+    let live = rt.live();
+    for c in ctrs {
+        let l = live
+            .get(&c.id)
+            .unwrap_or_else(|| panic!("{label} {phase}: {} ({}) is not listed", c.name, c.id));
+        let (h, wr) = want(c);
+        assert_eq!(
+            l.hash.as_ref(),
+            Some(&h),
+            "{label} {phase}: hash of {}",
+            c.name
+        );
+        assert_eq!(
+            l.hash_wr, wr,
+            "{label} {phase}: hashWithoutResources of {}",
+            c.name
+        );
+        assert!(
+            l.running,
+            "{label} {phase}: {} is not running: {l:?}",
+            c.name
+        );
+        let (pid, start) = pids[&c.id];
+        assert_eq!(
+            l.pid,
+            Some(pid),
+            "{label} {phase}: pid of {} changed",
+            c.name
+        );
+        assert_eq!(
+            ctd::proc_stat(pid).map(|s| s.1),
+            Some(start),
+            "{label} {phase}: pid {pid} of {} is another process",
+            c.name
+        );
+    }
+}
+
+fn alive(rt: &dyn Runtime, pids: &BTreeMap<String, (u32, u64)>, phase: &str) {
+    for (id, (pid, start)) in pids {
+        assert_eq!(
+            ctd::proc_stat(*pid).map(|s| s.1),
+            Some(*start),
+            "{} {phase}: container {id} (pid {pid}) is gone",
+            rt.label()
+        );
+    }
+}
+
+fn patched_values(c: &Ctr) -> (String, Option<String>) {
+    match &c.expect {
+        Expect::Rewrite { target, target_wr } => (
+            target.clone(),
+            target_wr.clone().or_else(|| c.stored_wr.clone()),
+        ),
+        _ => (c.stored.clone(), c.stored_wr.clone()),
+    }
+}
+
+fn stored_values(c: &Ctr) -> (String, Option<String>) {
+    (c.stored.clone(), c.stored_wr.clone())
+}
+
+// ---------------------------------------------------------------------------------------------
+// the flow
+// ---------------------------------------------------------------------------------------------
+
+fn flow(rt: &mut dyn Runtime, pods: &[PodDef], ctrs: &[Ctr], from: &str, to: &str) {
+    let label = rt.label();
+    let mut notes: Vec<String> = Vec::new();
+    let total = Instant::now();
+    let t = rt.tmp();
+    let pods_file = t.join("pods.json");
+    fs::write(
+        &pods_file,
+        serde_json::to_vec_pretty(&pods_json(pods, ctrs, rt.scheme())).unwrap(),
+    )
+    .unwrap();
+    let store = rt.store_flags();
+    let common = args(&[
+        &[
+            s("--pods"),
+            pods_file.display().to_string(),
+            s("--to"),
+            s(to),
+        ],
+        &store,
+    ]);
+    let pids = pids_now(rt, ctrs);
+    let rewrites = ctrs
+        .iter()
+        .filter(|c| matches!(c.expect, Expect::Rewrite { .. }))
+        .count();
+    assert!(
+        rewrites >= 1,
+        "{label}: the scenario must rewrite something"
+    );
+
+    // 1. plan (the runtime runs; plan only reads)
+    let o = run(
+        "plan",
+        &args(&[&[s("plan")], &common, &[s("-o"), s("json")]]),
+    );
+    expect_code(&format!("{label}: plan"), &o, 4);
+    let rep: Value = serde_json::from_str(&o.stdout).expect("plan -o json");
+    check_report(&format!("{label} plan"), &rep, pods, ctrs, from, to);
+    notes.push(format!(
+        "plan {} (from auto: {} → {})",
+        ms(o.took),
+        rep["from"],
+        rep["to"]
+    ));
+    let table = run("plan table", &args(&[&[s("plan")], &common]));
+    expect_code(&format!("{label}: plan (table)"), &table, 4);
+    assert!(
+        table.stdout.contains(&format!(
+            "without rewrite {} of {} containers would restart",
+            rep["summary"]["would_restart_without_rewrite"], rep["summary"]["containers"]
+        )) && table.stdout.contains("after rewrite 1 will"),
+        "{label}: plan table sentence:\n{}",
+        table.stdout
+    );
+
+    // 2. patch while the runtime runs: refused, nothing written
+    let before = rt.snapshot();
+    let b0 = t.join("backup-running");
+    let o = run(
+        "patch (running)",
+        &args(&[
+            &[s("patch")],
+            &common,
+            &[s("--backup-dir"), b0.display().to_string()],
+        ]),
+    );
+    expect_code(&format!("{label}: patch while the runtime runs"), &o, 3);
+    assert!(
+        o.stderr.to_lowercase().contains("running") || o.stderr.contains("flock"),
+        "{label}: refusal names the running runtime: {}",
+        o.stderr
+    );
+    assert_eq!(
+        rt.snapshot(),
+        before,
+        "{label}: a refused patch changed the store"
+    );
+    assert!(
+        fs::read_dir(&b0)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(true),
+        "{label}: a refused patch wrote a backup"
+    );
+
+    // 3. stop the runtime by pid: the containers keep running
+    let t0 = Instant::now();
+    rt.stop();
+    notes.push(format!("runtime stop {}", ms(t0.elapsed())));
+    alive(rt, &pids, "after the runtime stopped");
+    let s0 = rt.snapshot();
+
+    // 4. patch + rollback before the runtime ran on the patched store: byte-exact
+    let b1 = t.join("backup-1");
+    let o = run(
+        "patch 1",
+        &args(&[
+            &[s("patch")],
+            &common,
+            &[s("--backup-dir"), b1.display().to_string()],
+        ]),
+    );
+    expect_code(&format!("{label}: patch (to roll back)"), &o, 4);
+    let s1 = rt.snapshot();
+    assert_ne!(s1, s0, "{label}: patch changed nothing");
+    let o = run(
+        "rollback 1",
+        &args(&[
+            &[s("rollback"), s("--backup-dir"), b1.display().to_string()],
+            &store,
+        ]),
+    );
+    expect_code(&format!("{label}: rollback of an unstarted patch"), &o, 0);
+    assert!(rt.snapshot() == s0, "{label}: rollback is not byte-exact");
+    notes.push(format!(
+        "rollback before restart: byte-exact in {}",
+        ms(o.took)
+    ));
+
+    // 5. the real patch, with a report
+    let b2 = t.join("backup-2");
+    let report = t.join("report.json");
+    let o = run(
+        "patch 2",
+        &args(&[
+            &[s("patch")],
+            &common,
+            &[
+                s("--backup-dir"),
+                b2.display().to_string(),
+                s("--report"),
+                report.display().to_string(),
+                s("-o"),
+                s("json"),
+            ],
+        ]),
+    );
+    expect_code(&format!("{label}: patch"), &o, 4);
+    let rep: Value = serde_json::from_slice(&fs::read(&report).unwrap()).expect("report");
+    check_report(&format!("{label} patch report"), &rep, pods, ctrs, from, to);
+    assert_eq!(rep["backup_dir"], json!(b2.display().to_string()));
+    assert!(
+        b2.join("report.json").is_file(),
+        "{label}: no report in the backup dir"
+    );
+    notes.push(format!(
+        "patch {} ({} rewrites; backup+apply {:.1} ms, verify {:.1} ms by the tool)",
+        ms(o.took),
+        rewrites,
+        rep["timings"]["backup_and_apply_ms"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        rep["timings"]["verify_ms"].as_f64().unwrap_or(f64::NAN)
+    ));
+    let patched = rt.snapshot();
+    // After the patch, `--from auto` must find the node's kubelet from the rewritten hashes.
+    // Not when a hashWithoutResources stays behind that the target kubelet no longer writes
+    // (1.30 → 1.31+): plan's proof then matches no version and refuses (exit 3), so those
+    // runs name the FROM version, as an operator re-running with the same flags would.
+    let stale_wr = ctrs.iter().any(|c| {
+        c.stored_wr.is_some()
+            && matches!(
+                &c.expect,
+                Expect::Rewrite {
+                    target_wr: None,
+                    ..
+                }
+            )
+    });
+    let after = if stale_wr {
+        args(&[&common, &[s("--from"), s(from)]])
+    } else {
+        common.clone()
+    };
+    // offline verify: every proven container holds its target
+    let o = run("verify", &args(&[&[s("verify")], &after]));
+    expect_code(&format!("{label}: verify (offline)"), &o, 0);
+    // safe to run twice: nothing to do, the store stays as it is
+    let b3 = t.join("backup-3");
+    let o = run(
+        "patch again",
+        &args(&[
+            &[s("patch")],
+            &after,
+            &[s("--backup-dir"), b3.display().to_string()],
+        ]),
+    );
+    expect_code(&format!("{label}: second patch"), &o, 4);
+    assert!(
+        rt.snapshot() == patched,
+        "{label}: a second patch changed the store"
+    );
+
+    // 6. start the runtime on the patched store; verify --live; the runtime's own view
+    let t0 = Instant::now();
+    rt.start();
+    notes.push(format!("runtime start {}", ms(t0.elapsed())));
+    let o = run(
+        "verify --live",
+        &args(&[
+            &[s("verify")],
+            &after,
+            &[
+                s("--live"),
+                s("--endpoint"),
+                rt.endpoint(),
+                s("--report"),
+                report.display().to_string(),
+            ],
+        ]),
+    );
+    expect_code(&format!("{label}: verify --live"), &o, 0);
+    assert!(
+        o.stdout
+            .contains(&format!("verified live: {rewrites} rewritten")),
+        "{label}: verify --live output: {}",
+        o.stdout
+    );
+    notes.push(format!("verify --live {}", ms(o.took)));
+    check_live(rt, ctrs, &pids, &patched_values, "after patch + restart");
+
+    // 7. rollback while the runtime runs: refused
+    let o = run(
+        "rollback (running)",
+        &args(&[
+            &[s("rollback"), s("--backup-dir"), b2.display().to_string()],
+            &store,
+        ]),
+    );
+    expect_code(&format!("{label}: rollback while the runtime runs"), &o, 3);
+
+    // 8. stop; rollback after the runtime ran on the patched store
+    rt.stop();
+    alive(rt, &pids, "after the second stop");
+    let ran = rt.snapshot();
+    let o = run(
+        "rollback 2",
+        &args(&[
+            &[s("rollback"), s("--backup-dir"), b2.display().to_string()],
+            &store,
+        ]),
+    );
+    let want: &dyn Fn(&Ctr) -> (String, Option<String>) = if rt.scheme() == "docker" {
+        // dockerd re-serialised config.v2.json byte-identically: the rollback applies
+        expect_code(&format!("{label}: rollback after dockerd ran"), &o, 0);
+        assert!(rt.snapshot() == s0, "{label}: rollback is not byte-exact");
+        notes.push("rollback after dockerd ran: byte-exact".into());
+        &stored_values
+    } else {
+        // containerd committed its own transaction at start: a byte rollback would drop it
+        expect_code(&format!("{label}: rollback after containerd ran"), &o, 3);
+        assert!(
+            o.stderr.contains("meta.db"),
+            "{label}: the refusal names meta.db: {}",
+            o.stderr
+        );
+        assert!(
+            rt.snapshot() == ran,
+            "{label}: a refused rollback changed meta.db"
+        );
+        notes.push("rollback after containerd ran: refused (exit 3), meta.db unchanged".into());
+        &patched_values
+    };
+
+    // 9. start again: the runtime reports what the store now holds, same processes
+    rt.start();
+    check_live(rt, ctrs, &pids, want, "after the final start");
+    notes.push(format!("whole flow {:.1} s", total.elapsed().as_secs_f64()));
+    for n in &notes {
+        eprintln!("e2e {label}: {n}");
+    }
+}
+
+fn root_or_fail(setup: &str) {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "the end-to-end tests start real runtimes and need root; {setup}"
+    );
+}
+
+fn containerd_line(line: ctd::Line, tag: &str, from: &str, to: &str, with_wr: bool) {
+    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail(ctd::SETUP);
+    let specs = [
+        ("f001-minimal", "app"),
+        ("f018-probes-http-exec", "probes"),
+        ("f014-resources-2500m-1536Mi-129M", "res"),
+        ("f022-securitycontext-full", "sc"),
+        ("f009-env-fieldref", "envfrom"),
+    ];
+    let (mut pods, mut ctrs) = node(tag, &specs, from, to, with_wr);
+    let mut rt = Containerd::new(line, &mut pods, &mut ctrs);
+    flow(&mut rt, &pods, &ctrs, from, to);
+    let errors = rt.h.log_errors();
+    assert!(
+        !errors.iter().any(|e| {
+            let l = e.to_lowercase();
+            l.contains("failed to load container") || l.contains("failed to recover")
+        }),
+        "containerd {}: the CRI plugin failed to load a container: {errors:?}",
+        line.version
+    );
+}
+
+#[test]
+fn e2e_containerd_1_6_20_from_1_29_to_1_30() {
+    // the last JSON kubelets: hash and hashWithoutResources both rewritten, some unchanged
+    containerd_line(
+        ctd::Line {
+            version: "1.6.20",
+            config_v3: false,
+        },
+        "a16",
+        "1.29",
+        "1.30",
+        true,
+    );
+}
+
+#[test]
+fn e2e_containerd_1_7_24_from_1_30_to_1_31() {
+    containerd_line(
+        ctd::Line {
+            version: "1.7.24",
+            config_v3: false,
+        },
+        "a17",
+        "1.30",
+        "1.31",
+        true,
+    );
+}
+
+#[test]
+fn e2e_containerd_2_1_9_from_1_30_to_1_34() {
+    containerd_line(
+        ctd::Line {
+            version: "2.1.9",
+            config_v3: true,
+        },
+        "a21",
+        "1.30",
+        "1.34",
+        false,
+    );
+}
+
+#[test]
+fn e2e_docker_20_10_from_1_14_to_1_31() {
+    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail(dkr::SETUP);
+    let specs = [
+        ("f001-minimal", "app"),
+        ("f014-resources-2500m-1536Mi-129M", "res"),
+        ("f008-env-values", "env"),
+        ("f009-env-fieldref", "envfrom"),
+    ];
+    let (mut pods, mut ctrs) = node("d20", &specs, "1.14", "1.31", false);
+    let mut rt = Docker::new(&mut pods, &mut ctrs);
+    flow(&mut rt, &pods, &ctrs, "1.14", "1.31");
+}
