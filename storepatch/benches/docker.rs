@@ -54,7 +54,11 @@ fn main() {
         let cfg = cfg.replace(old_id.as_str(), &id);
         bytes += cfg.len() as u64 + host.len() as u64;
         fs::write(dir.join("config.v2.json"), cfg).unwrap();
-        fs::set_permissions(dir.join("config.v2.json"), fs::Permissions::from_mode(0o600)).unwrap();
+        fs::set_permissions(
+            dir.join("config.v2.json"),
+            fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
         fs::write(dir.join("hostconfig.json"), host).unwrap();
     }
     sh("sync");
@@ -103,10 +107,22 @@ fn main() {
     assert_eq!(out.changed.len(), rewrites.len());
 
     let ratio = |d: Duration| d.as_secs_f64() / copy.as_secs_f64();
-    println!("docker store, {n} containers ({} records, {} rewritten):", report.records.len(), rewrites.len());
+    println!(
+        "docker store, {n} containers ({} records, {} rewritten):",
+        report.records.len(),
+        rewrites.len()
+    );
     println!("  cp -r + sync          {:>9.3} s", copy.as_secs_f64());
-    println!("  scan                  {:>9.3} s  ({:.2}x copy)", scan.as_secs_f64(), ratio(scan));
-    println!("  apply with backup     {:>9.3} s  ({:.2}x copy)", apply.as_secs_f64(), ratio(apply));
+    println!(
+        "  scan                  {:>9.3} s  ({:.2}x copy)",
+        scan.as_secs_f64(),
+        ratio(scan)
+    );
+    println!(
+        "  apply with backup     {:>9.3} s  ({:.2}x copy)",
+        apply.as_secs_f64(),
+        ratio(apply)
+    );
     println!(
         "  scan + apply          {:>9.3} s  ({:.2}x copy; target <= 2x)",
         (scan + apply).as_secs_f64(),

@@ -138,6 +138,41 @@ pub struct StagedFile {
 
 /// Writes `bytes` to a temp file beside `path` with `meta`, fsynced, without touching `path`.
 pub fn stage_file(path: &Path, bytes: &[u8], meta: FileMeta) -> Result<StagedFile, StoreError> {
+    stage_file_inner(path, bytes, meta, true)
+}
+
+/// Like [`stage_file`] but without the per-file fsync: for batches of many files, the caller
+/// makes every staged file durable with one [`syncfs`] of the store's filesystem before it
+/// commits any of them, and calls [`syncfs`] again after the renames (instead of one
+/// [`sync_dir`] per directory). Same crash guarantee, two flushes instead of two per file.
+pub fn stage_file_nosync(
+    path: &Path,
+    bytes: &[u8],
+    meta: FileMeta,
+) -> Result<StagedFile, StoreError> {
+    stage_file_inner(path, bytes, meta, false)
+}
+
+/// `syncfs(2)` of the filesystem holding `path`: every dirty page and metadata change of that
+/// filesystem (ours: staged files, renames) is on disk when it returns `Ok`, and a writeback
+/// error since the file was opened is reported.
+pub fn syncfs(path: &Path) -> Result<(), StoreError> {
+    use std::os::fd::AsRawFd;
+    fault::point("syncfs");
+    let f = File::open(path).map_err(|e| StoreError::io(path, e))?;
+    // SAFETY: a valid fd for the duration of the call.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(StoreError::io(path, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn stage_file_inner(
+    path: &Path,
+    bytes: &[u8],
+    meta: FileMeta,
+    fsync: bool,
+) -> Result<StagedFile, StoreError> {
     let tmp = temp_path_for(path);
     let result = (|| {
         let mut f = OpenOptions::new()
@@ -153,6 +188,9 @@ pub fn stage_file(path: &Path, bytes: &[u8], meta: FileMeta) -> Result<StagedFil
             .map_err(|e| StoreError::io(&tmp, e))?;
         f.set_permissions(fs::Permissions::from_mode(meta.mode))
             .map_err(|e| StoreError::io(&tmp, e))?;
+        if !fsync {
+            return Ok(());
+        }
         fault::point("fsync");
         f.sync_all().map_err(|e| StoreError::io(&tmp, e))
     })();
