@@ -1409,3 +1409,42 @@ fn random_damage_never_panics() {
     }
     eprintln!("random damage: {ok} applied, {refused} refused");
 }
+
+/// Go bbolt's own rewrite of the containerd 1.7 node (step4 V1 synced / V4 NoFreelistSync,
+/// both accepted by containerd 1.7.24) holds exactly the key/values our rewrite produces
+/// from the same map.
+#[test]
+fn same_key_values_as_go_bbolt_rewrite() {
+    let map = json(&fixtures().join("nodes/containerd-1.7/step4/map-1.31.json"));
+    let rewrites: Vec<Rewrite> = map
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(id, v)| Rewrite {
+            id: id.clone(),
+            hash: v["hash"].as_str().unwrap().to_string(),
+            hash_without_resources: None,
+        })
+        .collect();
+    assert_eq!(rewrites.len(), 26);
+    let r = node_copy("1.7");
+    let (_d, mut b, _) = new_backup("go");
+    let out = r.store().apply(&rewrites, &mut b).unwrap();
+    assert_eq!(out.changed.len(), 26);
+    check_clean(&r.db());
+    let ours = kv(&r.db());
+    for v in ["V4-nofreelistsync", "V1-synced"] {
+        let go = tempfile::NamedTempFile::new().unwrap();
+        fs::write(
+            go.path(),
+            gunzip(&fixtures().join(format!("nodes/containerd-1.7/step4/{v}.meta.db.gz"))),
+        )
+        .unwrap();
+        let theirs = kv(go.path());
+        assert!(
+            ours == theirs,
+            "{v}: {} keys differ",
+            kv_diff(&ours, &theirs).len()
+        );
+    }
+}
