@@ -197,10 +197,12 @@ pub fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, PlanError> {
         if stored.parse::<Hash>().ok() != Some(h.hash) {
             return false;
         }
+        // A stored hashWithoutResources must match where the version computes one; versions
+        // without it (≤1.26, ≥1.31) neither write nor read it, so a stale one left by a 1.30
+        // kubelet says nothing against them.
         match (&r.hash_without_resources, h.hash_without_resources) {
             (Some(s), Some(w)) => s.parse::<Hash>().ok() == Some(w),
-            (Some(_), None) => false,
-            (None, _) => true,
+            _ => true,
         }
     };
 
