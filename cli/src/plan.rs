@@ -116,6 +116,8 @@ pub enum PlanError {
 }
 
 type Hashes = Vec<Result<ContainerHashes, SpecError>>;
+/// The hashes of one version out of a [`Hashes`] row.
+type HashesAt<'f> = &'f dyn Fn(&Hashes, KubeletVersion) -> Option<Result<ContainerHashes, SpecError>>;
 
 fn hex(h: Hash) -> String {
     h.to_string()
@@ -342,7 +344,7 @@ fn plan_record(
     input: &PlanInput<'_, '_>,
     r: &StoreRecord,
     hashes: Option<&Hashes>,
-    at: &dyn Fn(&Hashes, KubeletVersion) -> Option<Result<ContainerHashes, SpecError>>,
+    at: HashesAt<'_>,
     matches: &dyn Fn(&StoreRecord, &ContainerHashes) -> bool,
     from: KubeletVersion,
 ) -> PlanRecord {
