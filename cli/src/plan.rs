@@ -117,7 +117,8 @@ pub enum PlanError {
 
 type Hashes = Vec<Result<ContainerHashes, SpecError>>;
 /// The hashes of one version out of a [`Hashes`] row.
-type HashesAt<'f> = &'f dyn Fn(&Hashes, KubeletVersion) -> Option<Result<ContainerHashes, SpecError>>;
+type HashesAt<'f> =
+    &'f dyn Fn(&Hashes, KubeletVersion) -> Option<Result<ContainerHashes, SpecError>>;
 
 fn hex(h: Hash) -> String {
     h.to_string()

@@ -242,9 +242,17 @@ mod tests {
         fs::write(&p, b"old").unwrap();
         let (_, meta) = read_regular_nofollow(&p).unwrap();
         let s = stage_file(&p, b"new", meta).unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"old", "staging does not touch the target");
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            b"old",
+            "staging does not touch the target"
+        );
         drop(s);
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "dropped stage removed");
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "dropped stage removed"
+        );
         stage_file(&p, b"new", meta).unwrap().commit().unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"new");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
@@ -259,7 +267,11 @@ mod tests {
         let (_, meta) = read_regular_nofollow(&p).unwrap();
         replace_file(&p, b"new bytes", meta).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"new bytes");
-        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o640, "mode kept");
+        assert_eq!(
+            fs::metadata(&p).unwrap().mode() & 0o7777,
+            0o640,
+            "mode kept"
+        );
         let leftovers: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temp file left behind");
     }

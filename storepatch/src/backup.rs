@@ -71,11 +71,7 @@ impl Backup {
     /// Creates (mode 0700) or adopts an empty backup directory. Refuses a directory that
     /// already holds anything (a previous backup must never be overwritten), one that is
     /// world-writable, and a symlink.
-    pub fn create(
-        dir: &Path,
-        runtime: &str,
-        store_root: &Path,
-    ) -> Result<Backup, StoreError> {
+    pub fn create(dir: &Path, runtime: &str, store_root: &Path) -> Result<Backup, StoreError> {
         match fs::symlink_metadata(dir) {
             Ok(meta) => {
                 if meta.file_type().is_symlink() {
@@ -167,7 +163,8 @@ impl Backup {
             .open(&copy)
             .map_err(|e| StoreError::io(&copy, e))?;
         fault::point("backup-write");
-        f.write_all(original).map_err(|e| StoreError::io(&copy, e))?;
+        f.write_all(original)
+            .map_err(|e| StoreError::io(&copy, e))?;
         self.manifest.entries.push(ManifestEntry {
             path: path.to_path_buf(),
             backup_file,
@@ -375,7 +372,11 @@ mod tests {
             "backup dir is 0700"
         );
         let copy = bpath.join(&b.entries()[0].backup_file);
-        assert_eq!(fs::metadata(&copy).unwrap().mode() & 0o777, 0o600, "copy is 0600");
+        assert_eq!(
+            fs::metadata(&copy).unwrap().mode() & 0o777,
+            0o600,
+            "copy is 0600"
+        );
         atomic::replace_file(&f, b"patched", meta_of(&f)).unwrap();
         b.finish().unwrap();
 
@@ -384,7 +385,11 @@ mod tests {
         assert_eq!(fs::read(&f).unwrap(), b"original");
         assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o640);
         let again = rollback(&bpath, false).unwrap();
-        assert_eq!(again.files[0].1, RollbackAction::AlreadyOriginal, "rollback is idempotent");
+        assert_eq!(
+            again.files[0].1,
+            RollbackAction::AlreadyOriginal,
+            "rollback is idempotent"
+        );
     }
 
     #[test]

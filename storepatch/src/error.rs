@@ -7,7 +7,10 @@ use std::path::PathBuf;
 pub enum StoreError {
     /// The runtime that owns the store runs now: writing would race it.
     #[error("refusing to touch the {runtime} store: the runtime is running ({evidence}); stop it first (its containers keep running with live-restore / shims)")]
-    RuntimeRunning { runtime: &'static str, evidence: String },
+    RuntimeRunning {
+        runtime: &'static str,
+        evidence: String,
+    },
 
     #[error("store root {0} does not exist or is not a directory")]
     RootMissing(PathBuf),
