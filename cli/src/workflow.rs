@@ -187,6 +187,32 @@ pub fn open_store(a: &StoreArgs) -> Result<Box<dyn RuntimeStore>, Failure> {
     Ok(store)
 }
 
+/// Docker without live-restore: stopping dockerd has already killed every container, and its
+/// restart recreates nothing the kubelet would adopt. Refuse rather than pretend to help.
+fn precheck_live_restore(store: &dyn RuntimeStore, a: &StoreArgs) -> Result<(), Failure> {
+    if store.kind() != RuntimeKind::Docker {
+        return Ok(());
+    }
+    let mut o = DockerOptions::default();
+    if let Some(p) = &a.runtime_pidfile {
+        o.pidfile = p.clone();
+    }
+    if let Some(d) = &a.daemon_json {
+        o.daemon_json = d.clone();
+    }
+    o.live_restore = a.live_restore;
+    let docker = DockerStore::with_options(store.root(), o)?;
+    match docker.live_restore() {
+        storepatch::docker::LiveRestore::Off(src) => Err(Failure::new(
+            exit::REFUSED,
+            format!(
+                "refused: dockerd live-restore is off ({src}); stopping dockerd kills every container, so there is nothing to keep. If dockerd does run with --live-restore, say so with --live-restore true"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Everything `plan`, `patch` and `verify` share.
 pub struct PlanArgs {
     pub pods: PathBuf,
@@ -375,6 +401,7 @@ pub fn cmd_patch(args: &PatchArgs, output: &str, out: &mut dyn Write) -> Result<
         return Ok(plan_exit(&plan));
     }
     store.ensure_stopped()?;
+    precheck_live_restore(store.as_ref(), &args.plan.store)?;
     if rewrites.is_empty() {
         eprintln!("kubelet-rehash: nothing to rewrite: every proven container already holds its target hash");
     } else {

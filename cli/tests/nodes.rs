@@ -493,3 +493,50 @@ fn value_rollback_after_the_store_changed_since_the_patch() {
     assert!(again.status.success(), "a second value rollback is a no-op");
     assert!(String::from_utf8_lossy(&again.stdout).contains("already"));
 }
+
+/// Docker with live-restore off: the plan warns loudly, and patch refuses (exit 3) without
+/// touching the store.
+#[test]
+fn docker_patch_refuses_without_live_restore() {
+    let node = small("docker-20.10");
+    let before = node.tree();
+    let daemon_json = node.dir.join("daemon.json");
+    std::fs::write(&daemon_json, br#"{"live-restore": false}"#).unwrap();
+    let flags: Vec<String> = node
+        .store_flags()
+        .into_iter()
+        .filter(|f| f != "--live-restore" && f != "true")
+        .collect();
+    let run = |cmd: &str, extra: &[&str]| {
+        Command::new(bin())
+            .arg(cmd)
+            .arg("--pods")
+            .arg(node.dir.join("pods.json"))
+            .args(&flags)
+            .arg("--daemon-json")
+            .arg(&daemon_json)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let plan = run("plan", &["--to", "1.16"]);
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        text.contains("DANGER: dockerd live-restore is OFF"),
+        "{text}"
+    );
+    let backup = node.dir.join("backup");
+    let patch = run(
+        "patch",
+        &["--to", "1.16", "--backup-dir", backup.to_str().unwrap()],
+    );
+    assert_eq!(
+        patch.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&patch.stderr)
+    );
+    assert!(String::from_utf8_lossy(&patch.stderr).contains("live-restore is off"));
+    assert_eq!(node.tree(), before, "nothing written");
+    assert!(!backup.exists(), "no backup taken");
+}
