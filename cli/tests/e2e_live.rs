@@ -886,25 +886,9 @@ fn flow(rt: &mut dyn Runtime, pods: &[PodDef], ctrs: &[Ctr], from: &str, to: &st
         rep["timings"]["verify_ms"].as_f64().unwrap_or(f64::NAN)
     ));
     let patched = rt.snapshot();
-    // After the patch, `--from auto` must find the node's kubelet from the rewritten hashes.
-    // Not when a hashWithoutResources stays behind that the target kubelet no longer writes
-    // (1.30 → 1.31+): plan's proof then matches no version and refuses (exit 3), so those
-    // runs name the FROM version, as an operator re-running with the same flags would.
-    let stale_wr = ctrs.iter().any(|c| {
-        c.stored_wr.is_some()
-            && matches!(
-                &c.expect,
-                Expect::Rewrite {
-                    target_wr: None,
-                    ..
-                }
-            )
-    });
-    let after = if stale_wr {
-        args(&[&common, &[s("--from"), s(from)]])
-    } else {
-        common.clone()
-    };
+    // After the patch, `--from auto` must find the node's kubelet from the rewritten hashes
+    // (also where a hashWithoutResources stays behind that the target kubelet no longer writes).
+    let after = common.clone();
     // offline verify: every proven container holds its target
     let o = run("verify", &args(&[&[s("verify")], &after]));
     expect_code(&format!("{label}: verify (offline)"), &o, 0);
@@ -1001,7 +985,36 @@ fn flow(rt: &mut dyn Runtime, pods: &[PodDef], ctrs: &[Ctr], from: &str, to: &st
             "{label}: a refused rollback changed meta.db"
         );
         notes.push("rollback after containerd ran: refused (exit 3), meta.db unchanged".into());
-        &patched_values
+        // the value-level undo writes the previous hashes back, keeping containerd's own commit
+        let o = run(
+            "rollback --values",
+            &args(&[
+                &[
+                    s("rollback"),
+                    s("--values"),
+                    s("--backup-dir"),
+                    b2.display().to_string(),
+                ],
+                &store,
+            ]),
+        );
+        expect_code(
+            &format!("{label}: rollback --values after containerd ran"),
+            &o,
+            0,
+        );
+        assert!(
+            o.stdout.contains(&format!(
+                "restored the previous hash of {rewrites} container(s)"
+            )),
+            "{label}: rollback --values output: {}",
+            o.stdout
+        );
+        notes.push(format!(
+            "rollback --values after containerd ran {}",
+            ms(o.took)
+        ));
+        &stored_values
     };
 
     // 9. start again: the runtime reports what the store now holds, same processes
