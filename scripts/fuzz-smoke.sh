@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Fuzz smoke run: builds the cargo-fuzz targets of fuzz/ and runs each for FUZZ_TIME seconds
+# (default 20). Exits non-zero when any target finds a crash (the input is left in
+# fuzz/artifacts/<target>/). Idempotent: installs cargo-fuzz when missing, seeds the corpora
+# (fuzz/corpus/<target>/, gitignored) from fixtures/ every time (content-addressed names).
+#
+# The machine has only stable Rust: cargo-fuzz's nightly flags (-Zsanitizer=address, sancov)
+# are enabled with RUSTC_BOOTSTRAP=1. Environment:
+#   FUZZ_TIME=20            seconds per target
+#   FUZZ_TARGETS="a b"      subset of targets (default: all)
+#   FUZZ_SANITIZER=address  or none (faster, no ASan)
+#   FUZZ_JOBS=1             targets run at the same time (the machine has 2 shared cores)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+TIME=${FUZZ_TIME:-20}
+SAN=${FUZZ_SANITIZER:-address}
+JOBS=${FUZZ_JOBS:-1}
+ALL=(quantity_parse spec_hash_all_versions cri_extension_edit docker_config_edit bolt_open_scan)
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-${ALL[*]}}"
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "fuzz-smoke: installing cargo-fuzz" >&2
+    cargo install --locked cargo-fuzz
+fi
+export RUSTC_BOOTSTRAP=1
+
+# ---- seed corpora from fixtures/ ----------------------------------------------------------
+put() { # put <target> <file-with-content>: copy under its content hash
+    local dir=fuzz/corpus/$1 h
+    mkdir -p "$dir"
+    h=$(sha1sum "$2" | cut -c1-16)
+    [ -e "$dir/seed-$h" ] || cp "$2" "$dir/seed-$h"
+}
+put_text() { # put_text <target> <text>
+    local tmp
+    tmp=$(mktemp)
+    printf '%s' "$2" >"$tmp"
+    put "$1" "$tmp"
+    rm -f "$tmp"
+}
+seed() {
+    local specs=fixtures/golden/specs.jsonl f line q
+    # spec_hash_all_versions: the container object of every golden spec
+    while IFS= read -r line; do
+        put_text spec_hash_all_versions "$(sed -e 's/^.*"container"://' -e 's/}[[:space:]]*$//' <<<"$line")"
+    done <"$specs"
+    # quantity_parse: every quantity string and number of the golden specs, plus edge cases
+    while IFS= read -r q; do
+        put_text quantity_parse "$q"
+    done < <(grep -ohE '"(cpu|memory|ephemeral-storage|storage|divisor|sizeLimit|hugepages-[0-9A-Za-z]+)":("[^"]*"|[-+0-9.eE]+)' "$specs" |
+        sed -E 's/^"[^"]*"://; s/^"(.*)"$/\1/' | sort -u)
+    for q in 0 -0 +1 01 1E3 100e-3 1000E 0.5e-2147483648 1000e2147483647 1Ki .Ki .Ei 1.5Gi 9223372036854775807 \
+        '"100m"' null '" 1 "'; do
+        put_text quantity_parse "$q"
+    done
+    # docker_config_edit: every real config.v2.json
+    while IFS= read -r f; do put docker_config_edit "$f"; done < <(find fixtures -name config.v2.json)
+    # bolt_open_scan: the small real meta.db files (256 KiB, containerd 1.6.20; synced and
+    # unsynced freelist)
+    for f in fixtures/stores/containerd-1.6.20/meta.db.*; do put bolt_open_scan "$f"; done
+    # cri_extension_edit: fuzz/seeds/cri_extension_edit (committed; real values from the
+    # fixtures' meta.db files) is passed as a second corpus directory
+    mkdir -p fuzz/corpus/cri_extension_edit
+}
+seed
+
+# ---- build and run --------------------------------------------------------------------------
+cd fuzz
+FLAGS=(-O -a -s "$SAN")
+cargo fuzz build "${FLAGS[@]}"
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+export TMPDIR=$TMP  # bolt_open_scan writes its private store root here
+
+run() { # run <target>: libFuzzer's output goes to $TMP/<target>.log
+    local t=$1 dirs=(corpus/"$1")
+    [ -d seeds/"$t" ] && dirs+=(seeds/"$t")
+    cargo fuzz run "${FLAGS[@]}" "$t" "${dirs[@]}" -- \
+        -max_total_time="$TIME" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        >"$TMP/$t.log" 2>&1
+}
+
+failed=()
+pids=()
+names=()
+for t in "${TARGETS[@]}"; do
+    run "$t" &
+    pids+=($!)
+    names+=("$t")
+    if [ "${#pids[@]}" -ge "$JOBS" ]; then
+        if ! wait "${pids[0]}"; then failed+=("${names[0]}"); fi
+        pids=("${pids[@]:1}")
+        names=("${names[@]:1}")
+    fi
+done
+for i in "${!pids[@]}"; do
+    if ! wait "${pids[$i]}"; then failed+=("${names[$i]}"); fi
+done
+
+for t in "${TARGETS[@]}"; do
+    execs=$(grep -E '^stat::number_of_executed_units' "$TMP/$t.log" | awk '{print $2}')
+    cov=$(grep -E '^#[0-9]+.*(DONE|cov:)' "$TMP/$t.log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+' || true)
+    echo "fuzz-smoke: $t: ${execs:-?} execs, ${cov:-no stats}"
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+    for t in "${failed[@]}"; do
+        echo "fuzz-smoke: $t FAILED; last lines of its log:" >&2
+        tail -n 40 "$TMP/$t.log" >&2
+    done
+    echo "fuzz-smoke: crash inputs are in fuzz/artifacts/<target>/" >&2
+    exit 1
+fi
+echo "fuzz-smoke: all ${#TARGETS[@]} targets ran ${TIME}s without a crash"
