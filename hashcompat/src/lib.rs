@@ -25,6 +25,7 @@
 //! assert_eq!(hash_container(&spec, v131).unwrap().hash.0, 0x8e45cbd0);
 //! ```
 
+pub mod batch;
 pub mod gojson;
 pub mod quantity;
 pub mod schema;
@@ -33,6 +34,7 @@ pub mod spew;
 pub mod value;
 mod version;
 
+pub use batch::hash_many;
 pub use gojson::parse::{parse as parse_json, Node, NodeValue, SyntaxError};
 pub use value::DecodeError;
 pub use version::{HashForm, KubeletVersion, VersionError};
@@ -145,6 +147,19 @@ impl DecodedContainer {
         v
     }
 
+    /// Writes the JSON of [`Self::without_resources`] without copying the container.
+    fn write_json_without_resources<S: Sink>(&self, out: &mut S) {
+        let tree = self.tree();
+        let i = tree.field_index(tree.root, "Resources");
+        match (i, &tree.ty(tree.root).kind) {
+            (Some(i), Kind::Struct(fields)) => {
+                let zero = value::zero(tree, fields[i].ty);
+                gojson::encode::write_struct_replacing(out, tree, tree.root, &self.value, i, &zero)
+            }
+            _ => gojson::encode::write_value(out, tree, tree.root, &self.value),
+        }
+    }
+
     /// Streams the hashed text of `form` for `value` into `out`.
     fn emit<S: Sink>(&self, out: &mut S, form: HashForm, value: &GoValue) {
         let tree = self.tree();
@@ -185,7 +200,9 @@ impl DecodedContainer {
         self.emit(&mut h, form, &self.value);
         let hash_without_resources = (form == HashForm::JsonWithoutResources).then(|| {
             let mut h = Fnv32a::new();
-            self.emit(&mut h, form, &self.without_resources());
+            let mut bytes = SpewByteSlice::begin(&mut h);
+            self.write_json_without_resources(&mut bytes);
+            bytes.end();
             Hash(h.sum32())
         });
         ContainerHashes {

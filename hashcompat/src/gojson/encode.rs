@@ -191,31 +191,63 @@ pub fn write_value<S: Sink + ?Sized>(out: &mut S, tree: &TypeTree, ty: TypeId, v
             }
             out.put(b"}");
         }
-        (Kind::Struct(_), GoValue::Struct(_)) => {
-            out.put(b"{");
-            let mut first = true;
-            for f in &t.json_fields {
-                let mut fv = v;
-                for &i in &f.path {
-                    let GoValue::Struct(fs) = fv else {
-                        unreachable!("json field paths run through structs only")
-                    };
-                    fv = &fs[i];
-                }
-                if f.omitempty && is_empty(fv) {
-                    continue;
-                }
-                if !first {
-                    out.put(b",");
-                }
-                first = false;
-                out.put(&f.encoded_key);
-                write_value(out, tree, f.ty, fv);
-            }
-            out.put(b"}");
-        }
+        (Kind::Struct(_), GoValue::Struct(_)) => write_struct(out, tree, ty, v, None),
         _ => unreachable!("decoded values always match their type"),
     }
+}
+
+/// Writes the JSON encoding of the struct `v` (of struct type `ty`) as if its field number
+/// `field` held `replacement`, without copying `v`. This is how `HashContainerWithoutResources`
+/// (1.27–1.30) is hashed: the container with `Resources` emptied.
+pub fn write_struct_replacing<S: Sink + ?Sized>(
+    out: &mut S,
+    tree: &TypeTree,
+    ty: TypeId,
+    v: &GoValue,
+    field: usize,
+    replacement: &GoValue,
+) {
+    write_struct(out, tree, ty, v, Some((field, replacement)))
+}
+
+fn write_struct<S: Sink + ?Sized>(
+    out: &mut S,
+    tree: &TypeTree,
+    ty: TypeId,
+    v: &GoValue,
+    replace: Option<(usize, &GoValue)>,
+) {
+    let GoValue::Struct(top) = v else {
+        unreachable!("decoded values always match their type")
+    };
+    out.put(b"{");
+    let mut first = true;
+    for f in &tree.ty(ty).json_fields {
+        let (&head, rest) = f
+            .path
+            .split_first()
+            .expect("a json field path is never empty");
+        let mut fv = match replace {
+            Some((i, r)) if i == head => r,
+            _ => &top[head],
+        };
+        for &i in rest {
+            let GoValue::Struct(fs) = fv else {
+                unreachable!("json field paths run through structs only")
+            };
+            fv = &fs[i];
+        }
+        if f.omitempty && is_empty(fv) {
+            continue;
+        }
+        if !first {
+            out.put(b",");
+        }
+        first = false;
+        out.put(&f.encoded_key);
+        write_value(out, tree, f.ty, fv);
+    }
+    out.put(b"}");
 }
 
 #[cfg(test)]
