@@ -215,18 +215,29 @@ pub fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, PlanError> {
             let mut agreed: Option<BTreeSet<KubeletVersion>> = None;
             let mut proven_any = false;
             let mut disagreeing: Vec<String> = Vec::new();
-            for r in &input.scan.records {
-                if r.kind != RecordKind::Container {
-                    continue;
-                }
-                let Some(h) = hashes_for(r) else { continue };
-                let set: BTreeSet<KubeletVersion> = h
-                    .iter()
-                    .filter_map(|x| x.as_ref().ok())
-                    .filter(|x| matches(r, x))
-                    .map(|x| x.version)
-                    .collect();
-                if set.is_empty() {
+            let proven: Vec<(&StoreRecord, BTreeSet<KubeletVersion>)> = input
+                .scan
+                .records
+                .iter()
+                .filter(|r| r.kind == RecordKind::Container)
+                .filter_map(|r| {
+                    let h = hashes_for(r)?;
+                    let set: BTreeSet<KubeletVersion> = h
+                        .iter()
+                        .filter_map(|x| x.as_ref().ok())
+                        .filter(|x| matches(r, x))
+                        .map(|x| x.version)
+                        .collect();
+                    (!set.is_empty()).then_some((r, set))
+                })
+                .collect();
+            // A container that already holds its target hash stays unchanged whatever the
+            // source version, so it says nothing about it: after an interrupted patch (some
+            // containers rewritten, the others not) only the others decide. When every
+            // container holds its target (a finished patch), all of them do.
+            let pending = proven.iter().any(|(_, set)| !set.contains(&input.to));
+            for (r, set) in proven {
+                if pending && set.contains(&input.to) {
                     continue;
                 }
                 proven_any = true;
