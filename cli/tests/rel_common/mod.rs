@@ -79,6 +79,24 @@ pub fn small(name: &str) -> Node {
     }
 }
 
+/// Copies fixtures/nodes/<name> into `parent` (e.g. a tmpfs mount) instead of a temp dir.
+pub fn small_in(name: &str, parent: &Path) -> Node {
+    let dir = parent.join(name);
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(fixtures().join("nodes").join(name))
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a {name} {}", parent.display());
+    Node {
+        _tmp: tempfile::tempdir().unwrap(),
+        dir,
+        name: name.to_string(),
+        kind: kind_of(name),
+    }
+}
+
 /// Unpacks fixtures/nodes-large/<name>.tar.gz.
 pub fn large(name: &str) -> Node {
     let tmp = tempfile::tempdir().unwrap();
