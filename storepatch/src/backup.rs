@@ -7,11 +7,13 @@
 //!
 //! Rollback trusts nothing: it checks every backup copy against its recorded sha256 and every
 //! current file against the two sides of the manifest before it restores anything, and then
-//! restores each file atomically with its original mode and owner.
+//! restores the files atomically (all staged and made durable before the first rename) with
+//! their original mode and owner.
 
 use crate::atomic::{self, FileMeta};
 use crate::error::StoreError;
 use crate::fault;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::{self, OpenOptions};
@@ -60,7 +62,22 @@ pub struct Manifest {
 #[derive(Debug)]
 pub struct Backup {
     dir: PathBuf,
+    /// The backup directory, opened at creation: [`Backup::commit`]'s `syncfs` on it reports
+    /// every writeback error of the copies (syncfs(2) reports errors since the open).
+    dir_fd: fs::File,
     manifest: Manifest,
+}
+
+/// One file for [`Backup::save_many`].
+#[derive(Debug, Clone, Copy)]
+pub struct SaveItem<'a> {
+    /// Absolute path of the file in the store.
+    pub path: &'a Path,
+    /// Its current bytes, as the caller read them.
+    pub original: &'a [u8],
+    pub meta: FileMeta,
+    /// The bytes that will replace it, when known (their sha256 goes into the manifest).
+    pub new: Option<&'a [u8]>,
 }
 
 fn is_world_writable(meta: &fs::Metadata) -> bool {
@@ -112,12 +129,14 @@ impl Backup {
         }
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(|e| StoreError::io(dir, e))?;
+        let dir_fd = fs::File::open(dir).map_err(|e| StoreError::io(dir, e))?;
         let created_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         Ok(Backup {
             dir: dir.to_path_buf(),
+            dir_fd,
             manifest: Manifest {
                 format: FORMAT,
                 tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -149,32 +168,30 @@ impl Backup {
         new_sha256: Option<String>,
     ) -> Result<(), StoreError> {
         let index = self.manifest.entries.len();
-        let base = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "file".into());
-        let backup_file = format!("{index:06}-{base}");
-        let copy = self.dir.join(&backup_file);
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&copy)
-            .map_err(|e| StoreError::io(&copy, e))?;
-        fault::point("backup-write");
-        f.write_all(original)
-            .map_err(|e| StoreError::io(&copy, e))?;
-        self.manifest.entries.push(ManifestEntry {
-            path: path.to_path_buf(),
-            backup_file,
-            mode: meta.mode,
-            uid: meta.uid,
-            gid: meta.gid,
-            size: original.len() as u64,
-            sha256_original: sha256_hex(original),
-            sha256_new: new_sha256,
-        });
+        let entry = write_copy(&self.dir, index, path, original, meta, new_sha256)?;
+        self.manifest.entries.push(entry);
+        Ok(())
+    }
+
+    /// [`Backup::save`] for many files at once: the copies are written, and the sha256s of
+    /// the originals and of the new bytes computed, on several threads. The manifest gets
+    /// the same entries, in the same order (`items`' order), as one `save` per item would
+    /// give. On an error no entry is added (copies already written stay in the directory,
+    /// which is never committed then). The copies are made durable by [`Backup::commit`].
+    pub fn save_many(&mut self, items: &[SaveItem<'_>]) -> Result<(), StoreError> {
+        let start = self.manifest.entries.len();
+        let dir = &self.dir;
+        let entries: Vec<ManifestEntry> = atomic::on_io_threads(|| {
+            items
+                .par_iter()
+                .enumerate()
+                .map(|(i, it)| {
+                    let new_sha = it.new.map(sha256_hex);
+                    write_copy(dir, start + i, it.path, it.original, it.meta, new_sha)
+                })
+                .collect::<Result<_, _>>()
+        })?;
+        self.manifest.entries.extend(entries);
         Ok(())
     }
 
@@ -190,7 +207,7 @@ impl Backup {
     /// Makes every copy durable, then writes the manifest (state `prepared`) atomically.
     /// Call before the first write to the store.
     pub fn commit(&mut self) -> Result<(), StoreError> {
-        syncfs(&self.dir)?;
+        syncfs(&self.dir_fd, &self.dir)?;
         self.write_manifest()
     }
 
@@ -229,10 +246,47 @@ impl Backup {
     }
 }
 
-fn syncfs(dir: &Path) -> Result<(), StoreError> {
+/// Writes the backup copy number `index` of `path` into `dir` (mode 0600, never over an
+/// existing file) and returns its manifest entry.
+fn write_copy(
+    dir: &Path,
+    index: usize,
+    path: &Path,
+    original: &[u8],
+    meta: FileMeta,
+    new_sha256: Option<String>,
+) -> Result<ManifestEntry, StoreError> {
+    let base = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".into());
+    let backup_file = format!("{index:06}-{base}");
+    let copy = dir.join(&backup_file);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&copy)
+        .map_err(|e| StoreError::io(&copy, e))?;
+    fault::point("backup-write");
+    f.write_all(original)
+        .map_err(|e| StoreError::io(&copy, e))?;
+    Ok(ManifestEntry {
+        path: path.to_path_buf(),
+        backup_file,
+        mode: meta.mode,
+        uid: meta.uid,
+        gid: meta.gid,
+        size: original.len() as u64,
+        sha256_original: sha256_hex(original),
+        sha256_new: new_sha256,
+    })
+}
+
+fn syncfs(d: &fs::File, dir: &Path) -> Result<(), StoreError> {
     use std::os::fd::AsRawFd;
     fault::point("backup-syncfs");
-    let d = fs::File::open(dir).map_err(|e| StoreError::io(dir, e))?;
     // SAFETY: a valid fd for the duration of the call.
     let rc = unsafe { libc::syncfs(d.as_raw_fd()) };
     if rc != 0 {
@@ -281,68 +335,123 @@ pub struct RollbackReport {
     pub files: Vec<(PathBuf, RollbackAction)>,
 }
 
+/// Checks one manifest entry against its backup copy and the current file; returns the copy
+/// and what to do.
+fn check_entry(
+    dir: &Path,
+    entry: &ManifestEntry,
+    accept_unknown_new: bool,
+) -> Result<(Vec<u8>, RollbackAction), StoreError> {
+    let copy_path = dir.join(&entry.backup_file);
+    let (copy, _) = atomic::read_regular_nofollow(&copy_path)?;
+    if sha256_hex(&copy) != entry.sha256_original {
+        return Err(StoreError::Backup(format!(
+            "backup copy {} does not match its recorded sha256: the backup is damaged; nothing was restored",
+            copy_path.display()
+        )));
+    }
+    let current = match atomic::read_regular_nofollow(&entry.path) {
+        Ok((bytes, _)) => Some(sha256_hex(&bytes)),
+        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let action = match (&current, &entry.sha256_new) {
+        (Some(cur), _) if *cur == entry.sha256_original => RollbackAction::AlreadyOriginal,
+        (Some(cur), Some(new)) if cur == new => RollbackAction::Restored,
+        (Some(_), None) if accept_unknown_new => RollbackAction::Restored,
+        (Some(cur), new) => {
+            return Err(StoreError::RollbackConflict {
+                path: entry.path.clone(),
+                reason: format!(
+                    "its sha256 is {cur}, the original was {}, the patch wrote {}",
+                    entry.sha256_original,
+                    new.as_deref().unwrap_or("(not recorded)")
+                ),
+            })
+        }
+        (None, _) => {
+            return Err(StoreError::RollbackConflict {
+                path: entry.path.clone(),
+                reason: "the file no longer exists (was the container removed?)".into(),
+            })
+        }
+    };
+    Ok((copy, action))
+}
+
 /// Restores every file of the backup in `dir` byte for byte. Checks everything first and
 /// restores nothing if any file matches neither side of the manifest (named in the error).
 /// `accept_unknown_new`: restore a file whose new sha256 was never recorded (a crash between
 /// a bolt commit and the manifest update) when it differs from the original.
+///
+/// The restore itself is one [`atomic::replace_many`]: every original is staged beside its
+/// file, made durable by one `syncfs` per file system, and only then renamed back, so a crash
+/// at any instant leaves each file holding its original or its patched bytes, and running
+/// the rollback again finishes it.
 pub fn rollback(dir: &Path, accept_unknown_new: bool) -> Result<RollbackReport, StoreError> {
     let manifest = read_manifest(dir)?;
-    let mut plan = Vec::with_capacity(manifest.entries.len());
-    for entry in &manifest.entries {
-        let copy_path = dir.join(&entry.backup_file);
-        let (copy, _) = atomic::read_regular_nofollow(&copy_path)?;
-        if sha256_hex(&copy) != entry.sha256_original {
-            return Err(StoreError::Backup(format!(
-                "backup copy {} does not match its recorded sha256: the backup is damaged; nothing was restored",
-                copy_path.display()
-            )));
-        }
-        let current = match atomic::read_regular_nofollow(&entry.path) {
-            Ok((bytes, _)) => Some(sha256_hex(&bytes)),
-            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                None
-            }
-            Err(e) => return Err(e),
-        };
-        let action = match (&current, &entry.sha256_new) {
-            (Some(cur), _) if *cur == entry.sha256_original => RollbackAction::AlreadyOriginal,
-            (Some(cur), Some(new)) if cur == new => RollbackAction::Restored,
-            (Some(_), None) if accept_unknown_new => RollbackAction::Restored,
-            (Some(cur), new) => {
-                return Err(StoreError::RollbackConflict {
-                    path: entry.path.clone(),
-                    reason: format!(
-                        "its sha256 is {cur}, the original was {}, the patch wrote {}",
-                        entry.sha256_original,
-                        new.as_deref().unwrap_or("(not recorded)")
-                    ),
-                })
-            }
-            (None, _) => {
-                return Err(StoreError::RollbackConflict {
-                    path: entry.path.clone(),
-                    reason: "the file no longer exists (was the container removed?)".into(),
-                })
-            }
-        };
+    // Check every entry (in parallel: thousands of files are read and hashed), then report
+    // the first problem in manifest order, as a one-by-one check would.
+    let checked: Vec<Result<(Vec<u8>, RollbackAction), StoreError>> = atomic::on_io_threads(|| {
+        manifest
+            .entries
+            .par_iter()
+            .map(|entry| check_entry(dir, entry, accept_unknown_new))
+            .collect()
+    });
+    let mut plan = Vec::with_capacity(checked.len());
+    for (entry, c) in manifest.entries.iter().zip(checked) {
+        let (copy, action) = c?;
         plan.push((entry, copy, action));
     }
-    let mut report = RollbackReport { files: Vec::new() };
-    for (entry, copy, action) in plan {
-        if action == RollbackAction::Restored {
-            atomic::replace_file(
-                &entry.path,
-                &copy,
-                FileMeta {
-                    mode: entry.mode,
-                    uid: entry.uid,
-                    gid: entry.gid,
-                },
-            )?;
+    // One file listed twice must name the same original (the restore writes each path once).
+    let mut restore: std::collections::HashMap<&Path, &ManifestEntry> = Default::default();
+    for (entry, _, action) in &plan {
+        if *action != RollbackAction::Restored {
+            continue;
         }
-        report.files.push((entry.path.clone(), action));
+        if let Some(prev) = restore.insert(&entry.path, entry) {
+            if (prev.sha256_original.as_str(), prev.mode, prev.uid, prev.gid)
+                != (
+                    entry.sha256_original.as_str(),
+                    entry.mode,
+                    entry.uid,
+                    entry.gid,
+                )
+            {
+                return Err(StoreError::Backup(format!(
+                    "{} lists {} twice with different originals ({} and {}); nothing was restored",
+                    dir.join(MANIFEST_NAME).display(),
+                    entry.path.display(),
+                    prev.backup_file,
+                    entry.backup_file
+                )));
+            }
+        }
     }
-    Ok(report)
+    let mut seen = std::collections::HashSet::new();
+    let reps: Vec<atomic::Replacement> = plan
+        .iter()
+        .filter(|(entry, _, action)| {
+            *action == RollbackAction::Restored && seen.insert(entry.path.as_path())
+        })
+        .map(|(entry, copy, _)| atomic::Replacement {
+            path: &entry.path,
+            bytes: copy,
+            meta: FileMeta {
+                mode: entry.mode,
+                uid: entry.uid,
+                gid: entry.gid,
+            },
+        })
+        .collect();
+    atomic::replace_many(&reps)?;
+    Ok(RollbackReport {
+        files: plan
+            .into_iter()
+            .map(|(entry, _, action)| (entry.path.clone(), action))
+            .collect(),
+    })
 }
 
 #[cfg(test)]

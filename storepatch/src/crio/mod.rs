@@ -47,7 +47,7 @@
 
 pub mod jsonspan;
 
-use crate::atomic::{self, FileMeta, StagedFile};
+use crate::atomic::{self, FileMeta};
 use crate::backup::{self, Backup};
 use crate::{
     ApplyOutcome, RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreError,
@@ -419,7 +419,33 @@ impl CrioStore {
             new: new_bytes,
             meta,
             record: a.record,
+            runroot: false,
         })
+    }
+
+    /// Plans the files of one rewrite: the runroot copy (when it exists) first, then the
+    /// graphroot copy, both proven; nothing is written.
+    fn plan_rewrite(&self, rw: &Rewrite) -> Result<Vec<PlannedFile>, StoreError> {
+        let dir = self.find_container_dir(&rw.id)?;
+        let cfg = dir.join("userdata").join("config.json");
+        check_components(&self.graphroot, &cfg)?;
+        let graph = self.plan_file(&cfg, &rw.id, rw)?;
+        let Some(run_cfg) = self.runroot_config(&dir)? else {
+            return Ok(vec![graph]);
+        };
+        let mut run = self.plan_file(&run_cfg, &rw.id, rw)?;
+        let (g, r) = (&graph.record, &run.record);
+        if (&g.pod_uid, &g.container, g.attempt) != (&r.pod_uid, &r.container, r.attempt) {
+            return Err(StoreError::Corrupt {
+                location: run_cfg.display().to_string(),
+                reason: format!(
+                    "the runroot copy names pod uid {:?} container {:?} attempt {:?}, the graphroot copy {:?} {:?} {:?}",
+                    r.pod_uid, r.container, r.attempt, g.pod_uid, g.container, g.attempt
+                ),
+            });
+        }
+        run.runroot = true;
+        Ok(vec![run, graph])
     }
 }
 
@@ -429,6 +455,8 @@ struct PlannedFile {
     new: Vec<u8>,
     meta: FileMeta,
     record: StoreRecord,
+    /// The runroot copy (else the graphroot one).
+    runroot: bool,
 }
 
 fn major_minor(version: &str) -> Option<String> {
@@ -976,33 +1004,18 @@ impl RuntimeStore for CrioStore {
             }
         }
 
-        // Phase 1: read, edit and prove every file; nothing is written on any error.
+        // Phase 1: read, edit and prove every file; nothing is written on any error. Files are
+        // planned in parallel; the first error in `rewrites` order is reported, as a
+        // one-by-one plan would.
+        let plans: Vec<Result<Vec<PlannedFile>, StoreError>> = rewrites
+            .par_iter()
+            .map(|rw| self.plan_rewrite(rw))
+            .collect();
         let mut outcome = ApplyOutcome::default();
         let mut writes: Vec<PlannedFile> = Vec::new();
-        for rw in rewrites {
-            let dir = self.find_container_dir(&rw.id)?;
-            let cfg = dir.join("userdata").join("config.json");
-            check_components(&self.graphroot, &cfg)?;
-            let graph = self.plan_file(&cfg, &rw.id, rw)?;
-            let mut files = vec![graph];
-            if let Some(run_cfg) = self.runroot_config(&dir)? {
-                let run = self.plan_file(&run_cfg, &rw.id, rw)?;
-                let (g, r) = (&files[0].record, &run.record);
-                if (&g.pod_uid, &g.container, g.attempt) != (&r.pod_uid, &r.container, r.attempt) {
-                    return Err(StoreError::Corrupt {
-                        location: run_cfg.display().to_string(),
-                        reason: format!(
-                            "the runroot copy names pod uid {:?} container {:?} attempt {:?}, the graphroot copy {:?} {:?} {:?}",
-                            r.pod_uid, r.container, r.attempt, g.pod_uid, g.container, g.attempt
-                        ),
-                    });
-                }
-                // runc reads the runroot copy only at create time; write it first so the
-                // authoritative graphroot copy is the last to change.
-                files.insert(0, run);
-            }
+        for (rw, files) in rewrites.iter().zip(plans) {
             let changes: Vec<PlannedFile> =
-                files.into_iter().filter(|f| f.new != f.original).collect();
+                files?.into_iter().filter(|f| f.new != f.original).collect();
             if changes.is_empty() {
                 outcome.already.push(rw.id.clone());
             } else {
@@ -1012,46 +1025,60 @@ impl RuntimeStore for CrioStore {
         }
 
         // Phase 2: back up every file, durably, before the first write.
-        for f in &writes {
-            backup.save(
-                &f.path,
-                &f.original,
-                f.meta,
-                Some(backup::sha256_hex(&f.new)),
-            )?;
-        }
+        let items: Vec<backup::SaveItem> = writes
+            .iter()
+            .map(|f| backup::SaveItem {
+                path: &f.path,
+                original: &f.original,
+                meta: f.meta,
+                new: Some(&f.new),
+            })
+            .collect();
+        backup.save_many(&items)?;
         backup.commit()?;
 
-        // Phase 3: stage every new file (a full disk fails here and changes nothing), then
-        // rename them all and fsync each directory once.
-        // fsync dominates on a large node, so files are staged, and directories synced, in
-        // parallel. On an error the staged files already made are dropped (temps removed).
-        let staged: Vec<StagedFile> = writes
-            .par_iter()
-            .map(|f| atomic::stage_file(&f.path, &f.new, f.meta))
-            .collect::<Result<_, _>>()?;
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        for s in staged {
-            let dir = s.path().parent().map(Path::to_path_buf).unwrap_or_default();
-            s.commit()?;
-            dirs.push(dir);
+        // Phase 3: stage every new file without a per-file fsync (a full disk fails here and
+        // changes nothing), make them all durable with one syncfs per file system, rename them
+        // on a pool of I/O threads, syncfs again (atomic::replace_many_in_waves). Every new
+        // byte is durable before the first rename, so a crash leaves each file old or new.
+        // runc reads the runroot copy only at create time: every runroot copy is renamed
+        // before the first graphroot copy, so the authoritative graphroot copies are the last
+        // to change.
+        let mut run_wave = Vec::new();
+        let mut graph_wave = Vec::new();
+        for f in &writes {
+            let r = atomic::Replacement {
+                path: &f.path,
+                bytes: &f.new,
+                meta: f.meta,
+            };
+            if f.runroot {
+                run_wave.push(r);
+            } else {
+                graph_wave.push(r);
+            }
         }
-        dirs.sort();
-        dirs.dedup();
-        dirs.par_iter().try_for_each(|d| atomic::sync_dir(d))?;
+        atomic::replace_many_in_waves(&[&run_wave, &graph_wave])?;
 
         // Phase 4: re-read what was written.
-        let mut written: HashMap<&Path, u64> = HashMap::new();
-        for f in &writes {
-            let (now, _) = atomic::read_regular_nofollow(&f.path)?;
-            if now != f.new {
-                return Err(StoreError::Verify {
-                    location: f.path.display().to_string(),
-                    reason: "the file does not hold the bytes just written".into(),
-                });
-            }
-            written.insert(&f.path, f.new.len() as u64);
-        }
+        let reread: Vec<Result<(), StoreError>> = writes
+            .par_iter()
+            .map(|f| {
+                let (now, _) = atomic::read_regular_nofollow(&f.path)?;
+                if now != f.new {
+                    return Err(StoreError::Verify {
+                        location: f.path.display().to_string(),
+                        reason: "the file does not hold the bytes just written".into(),
+                    });
+                }
+                Ok(())
+            })
+            .collect();
+        reread.into_iter().collect::<Result<(), _>>()?;
+        let written: HashMap<&Path, u64> = writes
+            .iter()
+            .map(|f| (f.path.as_path(), f.new.len() as u64))
+            .collect();
         outcome.files_written = written.len();
         outcome.bytes_written = written.values().sum();
         backup.finish()?;

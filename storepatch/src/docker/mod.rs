@@ -40,8 +40,6 @@ pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 pub const CONFIG_FILE: &str = "config.v2.json";
-/// Threads for the write phase (latency-bound, not CPU-bound).
-const IO_THREADS: usize = 16;
 
 /// Where dockerd keeps its pidfile, socket and configuration, and what its flags say about
 /// `live-restore`.
@@ -632,14 +630,16 @@ impl RuntimeStore for DockerStore {
             planned.into_iter().partition(|p| p.new != p.original);
         outcome.already = already.into_iter().map(|p| p.id).collect();
 
-        for p in &changed {
-            backup.save(
-                &p.path,
-                &p.original,
-                p.meta,
-                Some(backup::sha256_hex(&p.new)),
-            )?;
-        }
+        let items: Vec<backup::SaveItem> = changed
+            .iter()
+            .map(|p| backup::SaveItem {
+                path: &p.path,
+                original: &p.original,
+                meta: p.meta,
+                new: Some(&p.new),
+            })
+            .collect();
+        backup.save_many(&items)?;
         backup.commit()?;
         if changed.is_empty() {
             backup.finish()?;
@@ -647,37 +647,22 @@ impl RuntimeStore for DockerStore {
         }
         // dockerd must not have come up while we prepared.
         self.ensure_stopped()?;
-        // Two phases: stage every new file (a temp file beside it), make all of them durable
-        // with one syncfs of the store's filesystem, and only then rename them over the
-        // originals; a second syncfs makes the renames durable (what one fsync per directory
-        // would do, for thousands of directories at once). A full disk or an I/O error while
-        // staging changes no store file: dropped stages remove their temp files.
-        //
-        // Staging and renames run on a pool of I/O threads: replacing a file frees the old
-        // file's blocks, which costs a few ms of device latency per rename on some
-        // filesystems (ext4 with discard); overlapping them is what makes 10,000 containers
-        // take seconds, not a minute. Each rename stays atomic, and all new bytes are durable
-        // before the first one, so any crash leaves every file either old or new.
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(IO_THREADS)
-            .build()
-            .map_err(|e| StoreError::Refused(format!("cannot start I/O threads: {e}")))?;
-        let staged: Vec<atomic::StagedFile> = pool.install(|| {
-            changed
-                .par_iter()
-                .map(|p| atomic::stage_file_nosync(&p.path, &p.new, p.meta))
-                .collect::<Result<_, _>>()
-        })?;
-        atomic::syncfs(&containers)?;
-        let renamed: Vec<Result<(), StoreError>> =
-            pool.install(|| staged.into_par_iter().map(|s| s.commit()).collect());
-        let synced = atomic::syncfs(&containers);
-        for (r, p) in renamed.into_iter().zip(&changed) {
-            r?;
-            outcome.files_written += 1;
-            outcome.bytes_written += p.new.len() as u64;
-        }
-        synced?;
+        // Stage every new file without a per-file fsync, make them all durable with one
+        // syncfs, rename them over the originals on a pool of I/O threads, syncfs again
+        // (atomic::replace_many). A full disk or an I/O error while staging changes no store
+        // file; all new bytes are durable before the first rename, so any crash leaves every
+        // file either old or new.
+        let reps: Vec<atomic::Replacement> = changed
+            .iter()
+            .map(|p| atomic::Replacement {
+                path: &p.path,
+                bytes: &p.new,
+                meta: p.meta,
+            })
+            .collect();
+        atomic::replace_many(&reps)?;
+        outcome.files_written = changed.len();
+        outcome.bytes_written = changed.iter().map(|p| p.new.len() as u64).sum();
         // Read back what we wrote.
         let mismatched: Vec<String> = changed
             .par_iter()
