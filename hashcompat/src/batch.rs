@@ -9,6 +9,7 @@
 //! from a table, as four conditional steps, without materialising the spelled text.
 
 use crate::gojson;
+use crate::sink::Sink;
 use crate::{ContainerHashes, DecodedContainer, Hash, HashForm, KubeletVersion};
 
 /// Chains advanced together.
@@ -124,18 +125,36 @@ impl Chain for Spelled {
     }
 }
 
+/// A lane's text buffer. Emitters write many short pieces (type prefixes, labels, one-byte
+/// punctuation): copying those inline is cheaper than a `memcpy` call each.
+#[derive(Default)]
+struct LaneBuf(Vec<u8>);
+
+impl Sink for LaneBuf {
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        if bytes.len() <= 16 {
+            for &b in bytes {
+                self.0.push(b);
+            }
+        } else {
+            self.0.extend_from_slice(bytes);
+        }
+    }
+}
+
 /// Runs jobs `0..njobs` through [`LANES`] interleaved chains; `fill(job, buf)` writes a job's
 /// buffer. Lanes that run dry take the next job; the last few jobs finish one chain at a time.
-fn run_lanes<C: Chain>(njobs: usize, mut fill: impl FnMut(usize, &mut Vec<u8>), sums: &mut [u32]) {
+fn run_lanes<C: Chain>(njobs: usize, mut fill: impl FnMut(usize, &mut LaneBuf), sums: &mut [u32]) {
     const IDLE: usize = usize::MAX;
-    let mut bufs: [Vec<u8>; LANES] = Default::default();
+    let mut bufs: [LaneBuf; LANES] = Default::default();
     let mut job = [IDLE; LANES];
     let mut pos = [0usize; LANES];
     let mut h = [0u32; LANES];
     let mut next = 0;
     loop {
         for k in 0..LANES {
-            while job[k] == IDLE || pos[k] == bufs[k].len() {
+            while job[k] == IDLE || pos[k] == bufs[k].0.len() {
                 if job[k] != IDLE {
                     sums[job[k]] = C::finish(h[k]);
                     job[k] = IDLE;
@@ -143,11 +162,11 @@ fn run_lanes<C: Chain>(njobs: usize, mut fill: impl FnMut(usize, &mut Vec<u8>), 
                 if next == njobs {
                     break;
                 }
-                bufs[k].clear();
+                bufs[k].0.clear();
                 fill(next, &mut bufs[k]);
                 job[k] = next;
                 next += 1;
-                let (h0, consumed) = C::start(&bufs[k]);
+                let (h0, consumed) = C::start(&bufs[k].0);
                 h[k] = h0;
                 pos[k] = consumed;
             }
@@ -158,7 +177,7 @@ fn run_lanes<C: Chain>(njobs: usize, mut fill: impl FnMut(usize, &mut Vec<u8>), 
             for k in 0..LANES {
                 if job[k] != IDLE {
                     let mut x = h[k];
-                    for &b in &bufs[k][pos[k]..] {
+                    for &b in &bufs[k].0[pos[k]..] {
                         x = C::step(x, b);
                     }
                     sums[job[k]] = C::finish(x);
@@ -167,10 +186,10 @@ fn run_lanes<C: Chain>(njobs: usize, mut fill: impl FnMut(usize, &mut Vec<u8>), 
             return;
         }
         let m = (0..LANES)
-            .map(|k| bufs[k].len() - pos[k])
+            .map(|k| bufs[k].0.len() - pos[k])
             .min()
             .unwrap_or(0);
-        let s: [&[u8]; LANES] = std::array::from_fn(|k| &bufs[k][pos[k]..pos[k] + m]);
+        let s: [&[u8]; LANES] = std::array::from_fn(|k| &bufs[k].0[pos[k]..pos[k] + m]);
         let mut x = h;
         // Byte i of every lane, then byte i + 1: the chains are independent, so their
         // multiplies overlap.
@@ -185,6 +204,25 @@ fn run_lanes<C: Chain>(njobs: usize, mut fill: impl FnMut(usize, &mut Vec<u8>), 
             *p += m;
         }
     }
+}
+
+/// FNV-1a 32 of many byte strings, computed in interleaved lanes: the same values as
+/// [`crate::sink::fnv32a`] of each, in order.
+///
+/// ```
+/// use hashcompat::batch::fnv32a_many;
+/// use hashcompat::sink::fnv32a;
+/// let texts: [&[u8]; 3] = [b"a", b"ab", b"abc"];
+/// assert_eq!(fnv32a_many(&texts), texts.map(fnv32a).to_vec());
+/// ```
+pub fn fnv32a_many(texts: &[&[u8]]) -> Vec<u32> {
+    let mut sums = vec![0u32; texts.len()];
+    run_lanes::<Plain>(
+        texts.len(),
+        |j, b| b.0.extend_from_slice(texts[j]),
+        &mut sums,
+    );
+    sums
 }
 
 /// The hashes of many containers decoded for `version`, computed in interleaved lanes: the
@@ -214,7 +252,7 @@ pub fn hash_many(
     };
     let njobs = containers.len() * per;
     let mut sums = vec![0u32; njobs];
-    let fill = |job: usize, buf: &mut Vec<u8>| {
+    let fill = |job: usize, buf: &mut LaneBuf| {
         let c = containers[job / per];
         debug_assert_eq!(version.tree_index(), c.tree, "decoded for another tree");
         let tree = c.tree();
@@ -246,7 +284,7 @@ pub fn hash_many(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::{fnv32a, Sink, SpewByteSlice};
+    use crate::sink::{fnv32a, SpewByteSlice};
 
     #[test]
     fn spelled_chain_equals_spew_of_bytes() {
@@ -274,11 +312,11 @@ mod tests {
             let text =
                 |j: usize| -> Vec<u8> { (0..(j * 37) % 101).map(|i| (i * j) as u8).collect() };
             let mut sums = vec![0; njobs];
-            run_lanes::<Plain>(njobs, |j, b| b.extend(text(j)), &mut sums);
+            run_lanes::<Plain>(njobs, |j, b| b.0.extend(text(j)), &mut sums);
             for (j, s) in sums.iter().enumerate() {
                 assert_eq!(*s, fnv32a(&text(j)), "plain job {j} of {njobs}");
             }
-            run_lanes::<Spelled>(njobs, |j, b| b.extend(text(j)), &mut sums);
+            run_lanes::<Spelled>(njobs, |j, b| b.0.extend(text(j)), &mut sums);
             for (j, s) in sums.iter().enumerate() {
                 let mut t = Vec::new();
                 let mut w = SpewByteSlice::begin(&mut t);
