@@ -1,0 +1,1009 @@
+//! The bad-input matrix through the binary: one table per input kind (pods files, container
+//! specs, Docker files, bolt files, versions and flags, store and backup dir). Every variant
+//! asserts the exit code, a fragment of the message, and that the store's bytes did not change
+//! (for record-level damage: that the damaged record's file did not change while the others
+//! were patched).
+//!
+//! Exit codes (see `kubelet-rehash --help`): 2 usage (flags, versions, pods file, store root);
+//! 3 refused (runtime running, backup dir unusable, `--from auto` finds no proof);
+//! 1 failure (a store file that is not what the runtime writes: bolt damage); 0/4 when only
+//! single records are bad (they are reported `undecodable` or `unproven` and left alone).
+
+mod rel_common;
+
+use rel_common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn pods_value(node: &Node) -> Value {
+    serde_json::from_slice(&std::fs::read(node.pods()).unwrap()).unwrap()
+}
+
+fn write_pods(node: &Node, v: &Value) {
+    std::fs::write(node.pods(), serde_json::to_vec(v).unwrap()).unwrap();
+}
+
+/// Runs `cmd` with a deadline (a hang is a failure too) and optional stdin.
+fn run_timed(mut cmd: Command, stdin: Option<&[u8]>, limit: Duration) -> Run {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    if let Some(bytes) = stdin {
+        let mut w = child.stdin.take().unwrap();
+        let bytes = bytes.to_vec();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = w.write_all(&bytes);
+        });
+    }
+    let t = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("timed out after {limit:?}: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Run::from(child.wait_with_output().unwrap())
+}
+
+fn check(case: &str, r: &Run, code: i32, msg: &str) {
+    assert_eq!(r.signal, None, "{case}: killed by a signal: {r:?}");
+    assert_eq!(r.code, Some(code), "{case}: exit code: {}", r.stderr);
+    assert!(
+        r.stderr.contains(msg),
+        "{case}: message should contain {msg:?}: {}",
+        r.stderr
+    );
+}
+
+fn unchanged(case: &str, node: &Node, before: &Snapshot) {
+    let now = node.snapshot();
+    assert!(
+        now.diff(before).is_empty() && now.temps.is_empty(),
+        "{case}: the store changed: {:?} {:?}",
+        now.diff(before),
+        now.temps
+    );
+}
+
+// ------------------------------------------------------------------ pods files
+
+type PodsEdit = Box<dyn Fn(&[u8]) -> Vec<u8>>;
+
+fn edit_json(f: impl Fn(&mut Value) + 'static) -> PodsEdit {
+    Box::new(move |orig: &[u8]| {
+        let mut v: Value = serde_json::from_slice(orig).unwrap();
+        f(&mut v);
+        serde_json::to_vec(&v).unwrap()
+    })
+}
+
+fn raw(bytes: &'static [u8]) -> PodsEdit {
+    Box::new(move |_| bytes.to_vec())
+}
+
+#[test]
+fn bad_pods_files() {
+    let cases: Vec<(&str, PodsEdit, i32, &str)> = vec![
+        (
+            "not JSON",
+            raw(b"this is not json\n"),
+            2,
+            "pods file: not JSON",
+        ),
+        ("empty file", raw(b""), 2, "pods file: not JSON"),
+        ("JSON null", raw(b"null"), 2, "no \"kind\""),
+        ("JSON array", raw(b"[1,2,3]"), 2, "no \"kind\""),
+        (
+            "not UTF-8",
+            raw(b"{\"kind\":\"PodList\",\"items\":[\"\xff\xfe\"]}"),
+            2,
+            "pods file",
+        ),
+        (
+            "trailing garbage",
+            Box::new(|o: &[u8]| [o, b"}}garbage"].concat()),
+            2,
+            "not JSON",
+        ),
+        (
+            "cut in the middle",
+            Box::new(|o: &[u8]| o[..o.len() / 2].to_vec()),
+            2,
+            "not JSON",
+        ),
+        (
+            "nested 5 million deep",
+            Box::new(|_: &[u8]| vec![b'['; 5_000_000]),
+            2,
+            "max depth",
+        ),
+        (
+            "wrong kind",
+            raw(b"{\"kind\":\"Deployment\",\"items\":[]}"),
+            2,
+            "is not a Pod, PodList or List",
+        ),
+        ("no kind", raw(b"{\"items\":[]}"), 2, "no \"kind\""),
+        (
+            "items not an array",
+            edit_json(|v| v["items"] = json!({"a": 1})),
+            2,
+            "without an items array",
+        ),
+        (
+            "items missing",
+            raw(b"{\"kind\":\"PodList\"}"),
+            2,
+            "without an items array",
+        ),
+        (
+            "duplicate uid",
+            edit_json(|v| {
+                let a = v["items"].as_array_mut().unwrap();
+                let mut dup = a[0].clone();
+                dup["metadata"]["name"] = json!("another-name");
+                a.push(dup);
+            }),
+            2,
+            "appears twice",
+        ),
+        (
+            "missing name",
+            edit_json(|v| {
+                v["items"][1]["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("name");
+            }),
+            2,
+            "item 1 has no metadata.name",
+        ),
+        (
+            "missing uid",
+            edit_json(|v| {
+                v["items"][2]["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("uid");
+            }),
+            2,
+            "has no metadata.uid",
+        ),
+        (
+            "item is a Service",
+            edit_json(|v| v["items"][0]["kind"] = json!("Service")),
+            2,
+            "item 0 is a Service, not a Pod",
+        ),
+        (
+            "pod without spec",
+            edit_json(|v| {
+                v["items"][0].as_object_mut().unwrap().remove("spec");
+            }),
+            2,
+            "has no spec",
+        ),
+        (
+            "container without name",
+            edit_json(|v| {
+                v["items"][0]["spec"]["containers"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("name");
+            }),
+            2,
+            "has no name",
+        ),
+        (
+            "duplicate container name",
+            edit_json(|v| {
+                let c = v["items"][0]["spec"]["containers"][0].clone();
+                v["items"][0]["spec"]["containers"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(c);
+            }),
+            2,
+            "appears twice",
+        ),
+        (
+            "pods of another node",
+            edit_json(|v| {
+                for (i, it) in v["items"].as_array_mut().unwrap().iter_mut().enumerate() {
+                    it["metadata"]["uid"] = json!(format!("00000000-0000-0000-0000-{i:012}"));
+                }
+            }),
+            3,
+            "no container's stored hash matches",
+        ),
+    ];
+    let n = cases.len();
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let orig = std::fs::read(node.pods()).unwrap();
+    let before = node.snapshot();
+    for (i, (case, edit, code, msg)) in cases.into_iter().enumerate() {
+        std::fs::write(node.pods(), edit(&orig)).unwrap();
+        let bk = node.dir.join(format!("bk-{i}"));
+        let r = run_timed(node.patch_cmd(&to, &bk), None, Duration::from_secs(60));
+        check(case, &r, code, msg);
+        unchanged(case, &node, &before);
+        assert!(!bk.exists(), "{case}: no backup dir made");
+        // the same bytes on standard input (`--pods -`)
+        let mut c = Command::new(bin());
+        c.args(["patch", "--pods", "-", "--to", &to, "--backup-dir"])
+            .arg(&bk)
+            .args(node.store_flags());
+        let r = run_timed(c, Some(&edit(&orig)), Duration::from_secs(60));
+        check(&format!("{case} (stdin)"), &r, code, msg);
+        unchanged(case, &node, &before);
+    }
+    std::fs::write(node.pods(), &orig).unwrap();
+    // no pods file at all, and a directory
+    for (case, path, msg) in [
+        (
+            "missing pods file",
+            node.dir.join("nope.json"),
+            "cannot read pods file",
+        ),
+        (
+            "pods file is a directory",
+            node.dir.join("var"),
+            "cannot read pods file",
+        ),
+    ] {
+        let mut c = Command::new(bin());
+        c.args(["plan", "--to", &to, "--pods"])
+            .arg(&path)
+            .args(node.store_flags());
+        check(case, &run_timed(c, None, Duration::from_secs(30)), 2, msg);
+    }
+    // stdin that works
+    let mut c = Command::new(bin());
+    c.args(["plan", "--pods", "-", "--to", &to, "-o", "json"])
+        .args(node.store_flags());
+    let r = run_timed(c, Some(&orig), Duration::from_secs(30));
+    assert!(r.ok(), "--pods - with a good file: {r:?}");
+    unchanged("stdin", &node, &before);
+    eprintln!("bad pods files: {} variants, each also on stdin, + 2", n);
+}
+
+/// A ~50 MB pods file (the node's pods plus thousands of pods of other nodes) is read and
+/// planned in reasonable time, with the same result as the small one.
+#[test]
+fn huge_pods_file() {
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let small_plan: Value = serde_json::from_str(&node.plan(&to).stdout).unwrap();
+    let mut v = pods_value(&node);
+    let items = v["items"].as_array().unwrap().clone();
+    let mut extra = Vec::new();
+    let mut size = std::fs::metadata(node.pods()).unwrap().len() as usize;
+    let mut i = 0usize;
+    while size < 50_000_000 {
+        let mut it = items[i % items.len()].clone();
+        it["metadata"]["uid"] = json!(format!("ffffffff-0000-0000-0000-{i:012}"));
+        it["metadata"]["name"] = json!(format!("other-node-pod-{i}"));
+        size += serde_json::to_vec(&it).unwrap().len() + 1;
+        extra.push(it);
+        i += 1;
+    }
+    v["items"].as_array_mut().unwrap().extend(extra);
+    write_pods(&node, &v);
+    let len = std::fs::metadata(node.pods()).unwrap().len();
+    let t = Instant::now();
+    let r = run_timed(
+        {
+            let mut c = node.cmd("plan");
+            c.args(["--to", &to, "-o", "json"]);
+            c
+        },
+        None,
+        Duration::from_secs(120),
+    );
+    let took = t.elapsed();
+    assert!(r.ok(), "{r:?}");
+    let big_plan: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(big_plan["records"], small_plan["records"]);
+    eprintln!(
+        "huge pods file: {:.1} MB, {} pods: plan in {:.2}s",
+        len as f64 / 1e6,
+        i + items.len(),
+        took.as_secs_f64()
+    );
+}
+
+// ------------------------------------------------------------------ container specs
+
+/// Finds the pods.json container spec of the first record the plan would rewrite.
+fn first_rewrite(node: &Node, to: &str) -> (String, String, String, String) {
+    let plan: Value = serde_json::from_str(&node.plan(to).stdout).unwrap();
+    let r = plan["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["action"] == "rewrite" && r["container_type"] == "container")
+        .expect("a record to rewrite")
+        .clone();
+    (
+        r["id"].as_str().unwrap().into(),
+        r["namespace"].as_str().unwrap().into(),
+        r["pod"].as_str().unwrap().into(),
+        r["container"].as_str().unwrap().into(),
+    )
+}
+
+fn spec_mut<'a>(v: &'a mut Value, ns: &str, pod: &str, name: &str) -> &'a mut Value {
+    v["items"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|it| it["metadata"]["name"] == pod && it["metadata"]["namespace"] == ns)
+        .unwrap()["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["name"] == name)
+        .unwrap()
+}
+
+#[test]
+fn undecodable_container_specs_become_unproven() {
+    type SpecEdit = fn(&mut Value);
+    let cases: Vec<(&str, SpecEdit, &str)> = vec![
+        (
+            "image is a number",
+            |c| c["image"] = json!(42),
+            "cannot decode",
+        ),
+        (
+            "ports not an array",
+            |c| c["ports"] = json!({"a": 1}),
+            "cannot decode",
+        ),
+        (
+            "containerPort a string",
+            |c| c["ports"] = json!([{"containerPort": "eighty"}]),
+            "cannot decode",
+        ),
+        (
+            "env an object",
+            |c| c["env"] = json!({"A": "b"}),
+            "cannot decode",
+        ),
+        (
+            "cpu limit unparsable",
+            |c| c["resources"] = json!({"limits": {"cpu": "12xyz"}}),
+            "quantities must match",
+        ),
+        (
+            "memory request not a quantity",
+            |c| c["resources"] = json!({"requests": {"memory": "lots"}}),
+            "quantities must match",
+        ),
+        (
+            "quantity a boolean",
+            |c| c["resources"] = json!({"limits": {"cpu": true}}),
+            "cannot decode",
+        ),
+    ];
+    let n = cases.len();
+    for (case, edit, reason) in cases {
+        let node = small("docker-20.10");
+        let to = node.last_target();
+        let (id, ns, pod, name) = first_rewrite(&node, &to);
+        let mut v = pods_value(&node);
+        edit(spec_mut(&mut v, &ns, &pod, &name));
+        write_pods(&node, &v);
+        let before = node.snapshot();
+        let r = node.plan(&to);
+        assert!(r.ok(), "{case}: plan: {r:?}");
+        let plan: Value = serde_json::from_str(&r.stdout).unwrap();
+        let rec = plan["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id.as_str())
+            .unwrap();
+        assert_eq!(rec["action"], "unproven", "{case}: {rec}");
+        assert!(
+            rec["reason"].as_str().unwrap().contains(reason),
+            "{case}: reason {} should contain {reason:?}",
+            rec["reason"]
+        );
+        assert_eq!(
+            r.code,
+            Some(4),
+            "{case}: an unproven running container: exit 4"
+        );
+        unchanged(case, &node, &before);
+        // patch rewrites the others and leaves this one alone
+        let r = node.patch(&to, &node.dir.join("bk"));
+        assert_eq!(r.code, Some(4), "{case}: {r:?}");
+        let after = node.snapshot();
+        let cfg = PathBuf::from(format!("var/lib/docker/containers/{id}/config.v2.json"));
+        assert_eq!(
+            after.files[&cfg], before.files[&cfg],
+            "{case}: its file unchanged"
+        );
+        assert!(
+            after.diff(&before).len() > 1,
+            "{case}: the others are rewritten"
+        );
+    }
+    eprintln!("undecodable specs: {n} variants");
+}
+
+// ------------------------------------------------------------------ Docker files
+
+type DockerEdit = Box<dyn Fn(&Path, &str, &Path)>; // (containers dir, victim id, outside dir)
+
+#[test]
+fn bad_docker_files() {
+    fn cfg(dir: &Path, id: &str) -> PathBuf {
+        dir.join(id).join("config.v2.json")
+    }
+    fn edit_cfg(f: impl Fn(&mut Value) + 'static) -> DockerEdit {
+        Box::new(move |d: &Path, id: &str, _: &Path| {
+            let mut v: Value = serde_json::from_slice(&std::fs::read(cfg(d, id)).unwrap()).unwrap();
+            f(&mut v);
+            std::fs::write(cfg(d, id), serde_json::to_vec(&v).unwrap()).unwrap();
+        })
+    }
+    // (case, damage, record id ("" = the victim), reason fragment)
+    let cases: Vec<(&str, DockerEdit, &str, &str)> = vec![
+        (
+            "truncated",
+            Box::new(|d, id, _| {
+                let b = std::fs::read(cfg(d, id)).unwrap();
+                std::fs::write(cfg(d, id), &b[..b.len() / 2]).unwrap();
+            }),
+            "",
+            "truncated",
+        ),
+        (
+            "empty",
+            Box::new(|d, id, _| std::fs::write(cfg(d, id), b"").unwrap()),
+            "",
+            "config.v2.json",
+        ),
+        (
+            "not an object",
+            Box::new(|d, id, _| std::fs::write(cfg(d, id), b"[1, 2]").unwrap()),
+            "",
+            "config.v2.json",
+        ),
+        (
+            "not JSON",
+            Box::new(|d, id, _| std::fs::write(cfg(d, id), b"\x00\xffgarbage").unwrap()),
+            "",
+            "not valid JSON",
+        ),
+        (
+            "hash label a number",
+            edit_cfg(|v| {
+                v["Config"]["Labels"]["annotation.io.kubernetes.container.hash"] = json!(5)
+            }),
+            "",
+            "wrong type",
+        ),
+        (
+            "labels an array",
+            edit_cfg(|v| v["Config"]["Labels"] = json!(["a"])),
+            "",
+            "wrong type",
+        ),
+        (
+            "config.v2.json a directory",
+            Box::new(|d, id, _| {
+                std::fs::remove_file(cfg(d, id)).unwrap();
+                std::fs::create_dir(cfg(d, id)).unwrap();
+            }),
+            "",
+            "not a regular file",
+        ),
+        (
+            "config.v2.json a symlink out of the root",
+            Box::new(|d, id, out| {
+                let target = out.join("config.v2.json");
+                std::fs::rename(cfg(d, id), &target).unwrap();
+                std::os::unix::fs::symlink(&target, cfg(d, id)).unwrap();
+            }),
+            "",
+            "symbolic link",
+        ),
+        (
+            "container dir a symlink out of the root",
+            Box::new(|d, id, out| {
+                let target = out.join(id);
+                std::fs::rename(d.join(id), &target).unwrap();
+                std::os::unix::fs::symlink(&target, d.join(id)).unwrap();
+            }),
+            "",
+            "symbolic link",
+        ),
+        (
+            "foreign file in containers/",
+            Box::new(|d, _, _| std::fs::write(d.join("README"), b"hello").unwrap()),
+            "README",
+            "is not a directory",
+        ),
+        (
+            "foreign empty dir in containers/",
+            Box::new(|d, _, _| std::fs::create_dir(d.join("lost+found")).unwrap()),
+            "lost+found",
+            "missing",
+        ),
+        (
+            "foreign dir with a JSON object",
+            Box::new(|d, _, _| {
+                std::fs::create_dir(d.join("foreign")).unwrap();
+                std::fs::write(d.join("foreign/config.v2.json"), b"{}").unwrap();
+            }),
+            "foreign",
+            "has no ID",
+        ),
+    ];
+    let n = cases.len();
+    for (case, damage, rid, reason) in cases {
+        let node = small("docker-20.10");
+        let to = node.last_target();
+        let (victim, ..) = first_rewrite(&node, &to);
+        let containers = node.store_root().join("containers");
+        let outside = node.dir.join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        damage(&containers, &victim, &outside);
+        let rid = if rid.is_empty() { victim.as_str() } else { rid };
+        let before = node.snapshot();
+        let outside_before = tree_bytes(&outside);
+        let r = node.plan(&to);
+        assert!(r.ok(), "{case}: plan: {r:?}");
+        let plan: Value = serde_json::from_str(&r.stdout).unwrap();
+        let rec = plan["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == rid)
+            .unwrap_or_else(|| panic!("{case}: no record {rid}"));
+        assert_eq!(rec["action"], "undecodable", "{case}: {rec}");
+        assert!(
+            rec["reason"].as_str().unwrap().contains(reason),
+            "{case}: reason {} should contain {reason:?}",
+            rec["reason"]
+        );
+        assert!(
+            plan["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w.as_str().unwrap().contains("cannot be decoded")),
+            "{case}: a warning says so"
+        );
+        unchanged(case, &node, &before);
+        // patch: the others are rewritten, the damaged record and everything outside are not
+        let r = node.patch(&to, &node.dir.join("bk"));
+        assert!(r.ok(), "{case}: patch: {r:?}");
+        let after = node.snapshot();
+        for p in before.files.keys() {
+            if p.to_string_lossy().contains(rid) {
+                assert_eq!(
+                    after.files[p],
+                    before.files[p],
+                    "{case}: {} unchanged",
+                    p.display()
+                );
+            }
+        }
+        assert!(
+            !after.diff(&before).is_empty(),
+            "{case}: the others are rewritten"
+        );
+        assert_eq!(
+            tree_bytes(&outside),
+            outside_before,
+            "{case}: nothing outside changed"
+        );
+    }
+    // containers/ itself a symlink out of the data-root: the whole store is refused
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let containers = node.store_root().join("containers");
+    let moved = node.dir.join("elsewhere");
+    std::fs::rename(&containers, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &containers).unwrap();
+    let outside_before = tree_bytes(&moved);
+    let r = node.patch(&to, &node.dir.join("bk"));
+    check("containers/ a symlink", &r, 1, "outside the data-root");
+    assert_eq!(tree_bytes(&moved), outside_before);
+    eprintln!("bad Docker files: {} variants", n + 1);
+}
+
+fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let e = e.unwrap();
+        if e.file_type().is_file() {
+            out.push((e.path().to_path_buf(), std::fs::read(e.path()).unwrap()));
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------------ bolt files
+
+/// (page id, flags, element count) of every page reachable from the newest meta (the two meta
+/// pages, the freelist page if synced, every tree page; overflow continuations skipped).
+fn live_pages(db: &[u8]) -> Vec<(usize, u16, usize)> {
+    use storepatch::containerd::bolt::{check::check, Db};
+    let d = Db::from_bytes(db.to_vec()).unwrap();
+    let rep = check(&d.view(), &d.meta);
+    assert!(rep.is_ok());
+    let free: std::collections::HashSet<u64> = rep.free.iter().copied().collect();
+    let mut out = Vec::new();
+    let mut id = 0usize;
+    while (id as u64) < rep.hwm {
+        let h = &db[id * 4096..];
+        let flags = u16::from_le_bytes([h[8], h[9]]);
+        let count = u16::from_le_bytes([h[10], h[11]]) as usize;
+        let overflow = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
+        if !free.contains(&(id as u64)) {
+            out.push((id, flags, count));
+        }
+        id += 1 + if free.contains(&(id as u64)) {
+            0
+        } else {
+            overflow
+        };
+    }
+    out
+}
+
+#[test]
+fn bad_bolt_files() {
+    let mut variants = 0;
+    for name in ["containerd-1.6", "containerd-1.7"] {
+        let node = small(name);
+        let to = node.last_target();
+        let db_path = node.meta_db();
+        let orig = std::fs::read(&db_path).unwrap();
+        let clean_plan: Value = serde_json::from_str(&node.plan(&to).stdout).unwrap();
+        let hwm = storepatch::containerd::bolt::Db::from_bytes(orig.clone())
+            .unwrap()
+            .meta
+            .hwm as usize;
+        // (case, bytes, must refuse with)
+        let mut cases: Vec<(String, Vec<u8>, Option<&str>)> = vec![
+            (
+                "not a bolt file".into(),
+                b"{\"not\": \"bolt\"}\n".repeat(500),
+                Some("not a bolt file"),
+            ),
+            ("empty".into(), Vec::new(), Some("meta.db")),
+            (
+                "truncated to 5000 bytes".into(),
+                orig[..5000].to_vec(),
+                Some("truncated"),
+            ),
+            (
+                "truncated to half".into(),
+                orig[..(hwm / 2) * 4096].to_vec(),
+                Some("meta.db"),
+            ),
+            (
+                "both meta checksums bad".into(),
+                {
+                    let mut b = orig.clone();
+                    b[16 + 56] ^= 0xff;
+                    b[4096 + 16 + 56] ^= 0xff;
+                    b
+                },
+                Some("both meta pages are invalid"),
+            ),
+            (
+                "both meta magics bad".into(),
+                {
+                    let mut b = orig.clone();
+                    b[16] ^= 0x01;
+                    b[4096 + 16] ^= 0x01;
+                    b
+                },
+                Some("meta.db"),
+            ),
+        ];
+        // random byte flips in the live pages of every type (reachable from the newest meta;
+        // free pages are damaged too, but nobody reads them): half in the page header and
+        // element headers, half anywhere in the page
+        let seed = seed();
+        eprintln!("{name}: byte flips with RELIABILITY_SEED={seed}");
+        let mut rng = Rng(seed);
+        let live = live_pages(&orig);
+        for (ty, flag) in [
+            ("meta", 0x04u16),
+            ("freelist", 0x10),
+            ("branch", 0x01),
+            ("leaf", 0x02),
+        ] {
+            let pages: Vec<(usize, usize)> = live
+                .iter()
+                .filter(|p| p.1 == flag)
+                .map(|p| (p.0, p.2))
+                .collect();
+            if pages.is_empty() {
+                eprintln!("{name}: no {ty} page (freelist not synced)");
+                continue;
+            }
+            for k in 0..6 {
+                let (p, count) = pages[rng.below(pages.len() as u64) as usize];
+                let span = if k % 2 == 0 {
+                    (16 + count * 16).min(4096)
+                } else {
+                    4096
+                };
+                let off = p * 4096 + rng.below(span as u64) as usize;
+                let x = 1 + rng.below(255) as u8;
+                let mut b = orig.clone();
+                b[off] ^= x;
+                cases.push((format!("{ty} page {p}: byte {off} ^= {x:#04x}"), b, None));
+            }
+        }
+        let mut outcomes = std::collections::BTreeMap::<&str, u32>::new();
+        for (case, bytes, refuse) in cases {
+            variants += 1;
+            std::fs::write(&db_path, &bytes).unwrap();
+            let before = node.snapshot();
+            let r = run_timed(
+                {
+                    let mut c = node.cmd("plan");
+                    c.args(["--to", &to, "-o", "json"]);
+                    c
+                },
+                None,
+                Duration::from_secs(60),
+            );
+            assert_eq!(r.signal, None, "{name} {case}: crashed: {r:?}");
+            let bk = node.dir.join("bk");
+            if let Some(msg) = refuse {
+                check(&case, &r, 1, msg);
+                assert!(
+                    r.stderr.contains("meta.db"),
+                    "{case}: names the file: {}",
+                    r.stderr
+                );
+            }
+            if r.code == Some(1) {
+                assert!(
+                    r.stderr.contains("meta.db"),
+                    "{name} {case}: names the file: {}",
+                    r.stderr
+                );
+                let p = node.patch(&to, &bk);
+                assert_eq!(p.code, Some(1), "{name} {case}: patch refuses too: {p:?}");
+                unchanged(&case, &node, &before);
+                assert!(
+                    !bk.join("manifest.json").exists(),
+                    "{case}: nothing backed up"
+                );
+                *outcomes.entry("refused, exit 1").or_default() += 1;
+            } else {
+                // damage bbolt itself would not notice (a free page, slack bytes, the older
+                // meta) or one record's value: the plan reads, and a patch leaves a file
+                // that still opens and checks clean
+                assert!(r.ok(), "{name} {case}: {r:?}");
+                let plan: Value = serde_json::from_str(&r.stdout).unwrap();
+                let same = plan["records"] == clean_plan["records"];
+                let p = node.patch(&to, &bk);
+                assert!(p.ok() || p.code == Some(1), "{name} {case}: patch: {p:?}");
+                if p.code == Some(1) {
+                    unchanged(&case, &node, &before);
+                    *outcomes
+                        .entry("readable; patch refused, exit 1")
+                        .or_default() += 1;
+                } else {
+                    bolt_kv(&db_path).unwrap_or_else(|e| {
+                        panic!("{name} {case}: after the patch meta.db does not check clean: {e}")
+                    });
+                    *outcomes
+                        .entry(if same {
+                            "harmless (plan unchanged), patched"
+                        } else {
+                            "readable, plan differs, patched"
+                        })
+                        .or_default() += 1;
+                }
+            }
+            let _ = std::fs::remove_dir_all(&bk);
+        }
+        eprintln!("{name}: bolt damage outcomes {outcomes:?}");
+    }
+    eprintln!("bad bolt files: {variants} variants");
+}
+
+// ------------------------------------------------------------------ versions, flags, store
+
+#[test]
+fn bad_versions_flags_and_store() {
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let before = node.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let full = tmp.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("x"), b"").unwrap();
+    let ww = tmp.path().join("world-writable");
+    std::fs::create_dir(&ww).unwrap();
+    std::fs::set_permissions(&ww, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(tmp.path().join("elsewhere"), &link).unwrap();
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    let bk = tmp.path().join("bk").display().to_string();
+    let missing_root = node.dir.join("no-such-root").display().to_string();
+    let s = |p: &Path| p.display().to_string();
+    // (case, args after `patch --pods P <store flags>`, override of --root, code, message)
+    let cases: Vec<(&str, Vec<String>, Option<String>, i32, &str)> = vec![
+        (
+            "--to garbage",
+            vec!["--to".into(), "banana".into()],
+            None,
+            2,
+            "--to",
+        ),
+        (
+            "--to out of range",
+            vec!["--to".into(), "1.99".into()],
+            None,
+            2,
+            "--to",
+        ),
+        (
+            "--to too old",
+            vec!["--to".into(), "1.7".into()],
+            None,
+            2,
+            "--to",
+        ),
+        (
+            "--to empty",
+            vec!["--to".into(), "".into()],
+            None,
+            2,
+            "--to",
+        ),
+        (
+            "--from garbage",
+            vec!["--to".into(), to.clone(), "--from".into(), "v1.x".into()],
+            None,
+            2,
+            "--from",
+        ),
+        (
+            "--to older than the node",
+            vec!["--to".into(), "1.12".into()],
+            None,
+            2,
+            "older than the node's kubelet",
+        ),
+        (
+            "--to older than --from",
+            vec!["--to".into(), "1.20".into(), "--from".into(), "1.30".into()],
+            None,
+            2,
+            "older than --from",
+        ),
+        (
+            "--runtime unknown",
+            vec!["--to".into(), to.clone(), "--runtime".into(), "rkt".into()],
+            None,
+            2,
+            "--runtime",
+        ),
+        (
+            "store root missing",
+            vec!["--to".into(), to.clone()],
+            Some(missing_root),
+            2,
+            "does not exist",
+        ),
+        (
+            "store root a file",
+            vec!["--to".into(), to.clone()],
+            Some(s(&file)),
+            2,
+            "not a directory",
+        ),
+        (
+            "backup dir not empty",
+            vec!["--to".into(), to.clone(), "--backup-dir".into(), s(&full)],
+            None,
+            3,
+            "is not empty",
+        ),
+        (
+            "backup dir world-writable",
+            vec!["--to".into(), to.clone(), "--backup-dir".into(), s(&ww)],
+            None,
+            3,
+            "world-writable",
+        ),
+        (
+            "backup dir a symlink",
+            vec!["--to".into(), to.clone(), "--backup-dir".into(), s(&link)],
+            None,
+            3,
+            "symbolic link",
+        ),
+        (
+            "backup dir a file",
+            vec!["--to".into(), to.clone(), "--backup-dir".into(), s(&file)],
+            None,
+            3,
+            "not a directory",
+        ),
+    ];
+    let n = cases.len();
+    for (case, args, root, code, msg) in cases {
+        let mut flags = node.store_flags();
+        if let Some(r) = &root {
+            let i = flags.iter().position(|f| f == "--root").unwrap();
+            flags[i + 1] = r.clone();
+        }
+        let mut c = Command::new(bin());
+        c.args(["patch", "--pods"])
+            .arg(node.pods())
+            .args(&flags)
+            .args(&args);
+        if !args.iter().any(|a| a == "--backup-dir") {
+            c.args(["--backup-dir", &bk]);
+        }
+        let r = run_timed(c, None, Duration::from_secs(30));
+        check(case, &r, code, msg);
+        unchanged(case, &node, &before);
+        assert!(!Path::new(&bk).exists(), "{case}: no backup made");
+    }
+    assert_eq!(std::fs::read_dir(&full).unwrap().count(), 1);
+    assert_eq!(std::fs::read_dir(&ww).unwrap().count(), 0);
+    assert!(!tmp.path().join("elsewhere").exists());
+
+    // the runtime runs: something accepts connections on its socket
+    let sock = node.socket();
+    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let r = node.patch(&to, Path::new(&bk));
+    check("runtime running", &r, 3, "is running");
+    unchanged("runtime running", &node, &before);
+    let patched_bk = tmp.path().join("bk-ok");
+    drop(listener);
+    std::fs::remove_file(&sock).unwrap();
+    // rollback refuses too while the runtime runs
+    assert!(node.patch(&to, &patched_bk).ok());
+    let patched = node.snapshot();
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let r = node.rollback(&patched_bk, false);
+    check("rollback while running", &r, 3, "is running");
+    unchanged("rollback while running", &node, &patched);
+    drop(listener);
+    std::fs::remove_file(&sock).unwrap();
+    // a backup dir that already holds a backup is never reused
+    let r = node.patch(&to, &patched_bk);
+    assert!(r.ok() && r.stderr.contains("nothing to rewrite"), "{r:?}");
+    let r = node.rollback(&patched_bk, false);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    unchanged("rollback", &node, &before);
+    let r = node.patch(&to, &patched_bk);
+    check("backup dir holds a backup", &r, 3, "already holds a backup");
+    unchanged("backup dir holds a backup", &node, &before);
+    eprintln!("bad versions, flags, store, backup dir: {} variants + 4", n);
+}
