@@ -53,7 +53,7 @@ enum Command {
         #[command(flatten)]
         plan: PlanFlags,
         /// Output format: table or json.
-        #[arg(short = 'o', long, default_value = "table")]
+        #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
         output: String,
     },
     /// Plan, refuse while the runtime runs, back up, rewrite every proven hash, verify what was
@@ -72,7 +72,7 @@ enum Command {
         /// Plan only; same as `plan`.
         #[arg(long)]
         dry_run: bool,
-        #[arg(short = 'o', long, default_value = "table")]
+        #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
         output: String,
     },
     /// Check the result. Offline: every proven container's stored hash equals the target.
@@ -91,7 +91,7 @@ enum Command {
         /// The report `patch` wrote (for --live).
         #[arg(long)]
         report: Option<PathBuf>,
-        #[arg(short = 'o', long, default_value = "table")]
+        #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
         output: String,
     },
     /// Restore every file of a backup byte for byte (refuses, naming the file, when the store
@@ -116,7 +116,7 @@ enum Command {
     /// List the supported kubelet versions and their hash algorithms.
     Versions {
         /// Output format.
-        #[arg(short = 'o', long, default_value = "table")]
+        #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
         output: String,
     },
 }
