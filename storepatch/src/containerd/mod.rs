@@ -230,8 +230,28 @@ impl ContainerdStore {
         let db_path = root.join(META_DB);
         match std::fs::symlink_metadata(&db_path) {
             Ok(m) if m.is_file() => {}
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(corrupt(
+                    &db_path,
+                    "is a symbolic link; refusing to follow it",
+                ))
+            }
             Ok(_) => return Err(corrupt(&db_path, "is not a regular file")),
             Err(e) => return Err(StoreError::io(&db_path, e)),
+        }
+        // Never follow a symlinked directory out of the root (the root itself may be a link).
+        let db_dir = db_path.parent().expect("META_DB has a directory");
+        let real_root = std::fs::canonicalize(root).map_err(|e| StoreError::io(root, e))?;
+        let real_dir = std::fs::canonicalize(db_dir).map_err(|e| StoreError::io(db_dir, e))?;
+        if !real_dir.starts_with(&real_root) {
+            return Err(corrupt(
+                db_dir,
+                format!(
+                    "resolves to {}, outside the containerd root {}; refusing to follow it",
+                    real_dir.display(),
+                    real_root.display()
+                ),
+            ));
         }
         Ok(ContainerdStore {
             root: root.to_path_buf(),

@@ -1,0 +1,279 @@
+//! Security properties through the binary: `patch` and `rollback` never write outside the store
+//! root and the backup dir, never follow a symlink planted in the store out of it, create
+//! backups mode 0600 in a 0700 dir (whatever the umask), keep each store file's mode and owner,
+//! and refuse a world-writable backup dir.
+
+mod rel_common;
+
+use rel_common::*;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Every file and symlink under `dir` except the store (var/, run/) and `skip`: path → bytes
+/// (or link target), mode.
+fn outside_tree(dir: &Path, skip: &[&Path]) -> Vec<(PathBuf, Vec<u8>, u32)> {
+    let mut out = Vec::new();
+    let mut it = walkdir::WalkDir::new(dir).sort_by_file_name().into_iter();
+    while let Some(e) = it.next() {
+        let e = e.unwrap();
+        let p = e.path();
+        let rel = p.strip_prefix(dir).unwrap();
+        if rel.starts_with("var") || rel.starts_with("run") || skip.iter().any(|s| p.starts_with(s))
+        {
+            if e.file_type().is_dir() {
+                it.skip_current_dir();
+            }
+            continue;
+        }
+        let m = std::fs::symlink_metadata(p).unwrap();
+        let content = if m.file_type().is_symlink() {
+            std::fs::read_link(p)
+                .unwrap()
+                .into_os_string()
+                .into_encoded_bytes()
+        } else if m.is_file() {
+            std::fs::read(p).unwrap()
+        } else {
+            Vec::new()
+        };
+        out.push((rel.to_path_buf(), content, m.mode()));
+    }
+    out
+}
+
+/// Plants `plant` (symlinks out of the store into `<node>/outside`), patches and rolls back;
+/// nothing outside the store and the backup dir changes, and every planted symlink is still a
+/// symlink to the same target with the same target bytes.
+fn planted(name: &str, plant: &dyn Fn(&Node, &Path) -> Vec<PathBuf>) -> (Run, usize) {
+    let node = small(name);
+    let to = node.last_target();
+    let outside = node.dir.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("sentinel"), b"do not touch").unwrap();
+    let links = plant(&node, &outside);
+    let bk = node.dir.join("backup");
+    let before = outside_tree(&node.dir, &[&bk]);
+    let store_before = node.snapshot();
+    let r = node.patch(&to, &bk);
+    assert_eq!(r.signal, None);
+    let after = outside_tree(&node.dir, &[&bk]);
+    let differ: Vec<_> = after
+        .iter()
+        .filter(|e| !before.contains(e))
+        .chain(before.iter().filter(|e| !after.contains(e)))
+        .map(|e| e.0.display().to_string())
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{name}: patch changed something outside the store and the backup dir: {differ:?}"
+    );
+    for l in &links {
+        assert!(
+            std::fs::symlink_metadata(l)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "{name}: {} is still the planted symlink",
+            l.display()
+        );
+    }
+    let changed = node.snapshot().diff(&store_before).len();
+    if bk.join("manifest.json").exists() {
+        let rb = node.rollback(&bk, false);
+        assert_eq!(rb.code, Some(0), "{name}: {rb:?}");
+        assert_eq!(outside_tree(&node.dir, &[&bk]), before, "{name}: rollback");
+        assert!(node.snapshot().diff(&store_before).is_empty());
+    }
+    (r, changed)
+}
+
+#[test]
+fn symlinks_out_of_the_store_are_never_followed_for_writing() {
+    // Docker: a container's config.v2.json, a container dir, containers/ itself
+    let (r, n) = planted("docker-20.10", &|node, out| {
+        let c = node.store_root().join("containers");
+        let ids: Vec<PathBuf> = std::fs::read_dir(&c)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("config.v2.json").is_file())
+            .collect();
+        let file = ids[0].join("config.v2.json");
+        std::fs::rename(&file, out.join("config.v2.json")).unwrap();
+        std::os::unix::fs::symlink(out.join("config.v2.json"), &file).unwrap();
+        let dir = out.join("ctr");
+        std::fs::rename(&ids[1], &dir).unwrap();
+        std::os::unix::fs::symlink(&dir, &ids[1]).unwrap();
+        vec![file, ids[1].clone()]
+    });
+    assert!(r.ok(), "docker: the other containers are patched: {r:?}");
+    assert!(n > 0);
+    let (r, _) = planted("docker-20.10", &|node, out| {
+        let c = node.store_root().join("containers");
+        std::fs::rename(&c, out.join("containers")).unwrap();
+        std::os::unix::fs::symlink(out.join("containers"), &c).unwrap();
+        vec![c]
+    });
+    assert_eq!(
+        r.code,
+        Some(1),
+        "docker: containers/ out of the root: {r:?}"
+    );
+    assert!(r.stderr.contains("outside the data-root"), "{}", r.stderr);
+
+    // containerd: meta.db, and the directory holding it
+    let (r, _) = planted("containerd-1.7", &|node, out| {
+        let db = node.meta_db();
+        std::fs::rename(&db, out.join("meta.db")).unwrap();
+        std::os::unix::fs::symlink(out.join("meta.db"), &db).unwrap();
+        vec![db]
+    });
+    assert_eq!(r.code, Some(1), "containerd: meta.db a symlink: {r:?}");
+    assert!(
+        r.stderr.contains("meta.db")
+            && (r.stderr.contains("symbolic link") || r.stderr.contains("not a regular file")),
+        "{}",
+        r.stderr
+    );
+    let (r, _) = planted("containerd-1.7", &|node, out| {
+        let dir = node.meta_db().parent().unwrap().to_path_buf();
+        std::fs::rename(&dir, out.join("bolt")).unwrap();
+        std::os::unix::fs::symlink(out.join("bolt"), &dir).unwrap();
+        vec![dir]
+    });
+    assert_eq!(
+        r.code,
+        Some(1),
+        "containerd: the bolt dir a symlink out of the root: {r:?}"
+    );
+    assert!(
+        r.stderr.contains("outside the containerd root"),
+        "{}",
+        r.stderr
+    );
+
+    // CRI-O: a container's config.json, and a container dir
+    let (r, n) = planted("crio-1.30", &|node, out| {
+        let c = node.store_root().join("overlay-containers");
+        let ids: Vec<PathBuf> = std::fs::read_dir(&c)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("userdata/config.json").is_file())
+            .collect();
+        let file = ids[0].join("userdata/config.json");
+        std::fs::rename(&file, out.join("config.json")).unwrap();
+        std::os::unix::fs::symlink(out.join("config.json"), &file).unwrap();
+        let dir = out.join("ctr");
+        std::fs::rename(&ids[1], &dir).unwrap();
+        std::os::unix::fs::symlink(&dir, &ids[1]).unwrap();
+        vec![file, ids[1].clone()]
+    });
+    eprintln!(
+        "crio with planted symlinks: exit {:?}, {n} files patched: {}",
+        r.code,
+        r.stderr.trim()
+    );
+    assert!(r.ok() || r.code == Some(1), "crio: {r:?}");
+}
+
+fn modes_under(dir: &Path) -> Vec<(PathBuf, bool, u32)> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            (e.path().to_path_buf(), m.is_dir(), m.mode() & 0o7777)
+        })
+        .collect()
+}
+
+#[test]
+fn backups_are_private_whatever_the_umask() {
+    for name in ["docker-20.10", "containerd-1.7", "crio-1.30"] {
+        let node = small(name);
+        let to = node.last_target();
+        // a store file with an unusual mode and owner keeps both through patch and rollback
+        let victim = node
+            .capture()
+            .into_keys()
+            .find(|p| {
+                p.ends_with("config.v2.json")
+                    || p.ends_with("meta.db")
+                    || p.ends_with("userdata/config.json")
+            })
+            .unwrap();
+        let victim = node.dir.join(victim);
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::os::unix::fs::chown(&victim, Some(1234), Some(5678)).unwrap();
+        let before = node.snapshot();
+        for (i, pre) in [None, Some(0o755u32)].into_iter().enumerate() {
+            let bk = node.dir.join(format!("backup-{i}"));
+            if let Some(m) = pre {
+                std::fs::create_dir(&bk).unwrap();
+                std::fs::set_permissions(&bk, std::fs::Permissions::from_mode(m)).unwrap();
+            }
+            // umask 000: nothing may rely on the caller's umask
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c")
+                .arg("umask 000; exec \"$@\"")
+                .arg("sh")
+                .arg(bin())
+                .args(["patch", "--pods"])
+                .arg(node.pods())
+                .args(node.store_flags())
+                .args(["--to", &to, "--backup-dir"])
+                .arg(&bk);
+            let r = Run::from(cmd.output().unwrap());
+            assert!(r.ok(), "{name}: {r:?}");
+            let entries = modes_under(&bk);
+            assert!(
+                entries.len() >= 3,
+                "{name}: copies, manifest, report: {entries:?}"
+            );
+            for (p, is_dir, mode) in &entries {
+                let want = if *is_dir { 0o700 } else { 0o600 };
+                assert_eq!(*mode, want, "{name}: {} mode {mode:o}", p.display());
+            }
+            let m = std::fs::metadata(&victim).unwrap();
+            assert_eq!(
+                (m.mode() & 0o7777, m.uid(), m.gid()),
+                (0o640, 1234, 5678),
+                "{name}: the patched file keeps its mode and owner"
+            );
+            let rb = node.rollback(&bk, false);
+            assert_eq!(rb.code, Some(0), "{rb:?}");
+            assert!(
+                node.snapshot().diff(&before).is_empty(),
+                "{name}: rollback exact"
+            );
+            let m = std::fs::metadata(&victim).unwrap();
+            assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o640, 1234, 5678));
+        }
+    }
+}
+
+#[test]
+fn world_writable_backup_dir_is_refused() {
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let before = node.snapshot();
+    for mode in [0o777u32, 0o1777, 0o702] {
+        let bk = node.dir.join(format!("bk-{mode:o}"));
+        std::fs::create_dir(&bk).unwrap();
+        std::fs::set_permissions(&bk, std::fs::Permissions::from_mode(mode)).unwrap();
+        let r = node.patch(&to, &bk);
+        assert_eq!(r.code, Some(3), "mode {mode:o}: {r:?}");
+        assert!(r.stderr.contains("world-writable"), "{}", r.stderr);
+        assert_eq!(
+            std::fs::read_dir(&bk).unwrap().count(),
+            0,
+            "nothing written into it"
+        );
+        assert_eq!(
+            std::fs::metadata(&bk).unwrap().mode() & 0o7777,
+            mode,
+            "its mode is left alone"
+        );
+        assert!(node.snapshot().diff(&before).is_empty());
+    }
+}
