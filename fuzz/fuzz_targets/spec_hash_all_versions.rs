@@ -1,6 +1,6 @@
 //! Container spec bytes → `parse_json` → `hash_versions` for every supported kubelet version.
 //!
-//! Invariants: no panic; one result per version; for each version whose hash is computed, a
+//! Invariants: no panic; one result per version; for each (checked) version whose hash is computed, a
 //! fresh `decode` + `hashes` gives the same value, the hashed text `explain` shows hashes
 //! (FNV-1a 32) to that value (and likewise for `hashWithoutResources`, present exactly for the
 //! versions that have it), and the JSON of the JSON forms is valid JSON (Go's `json.Marshal`
@@ -17,7 +17,17 @@ fuzz_target!(|data: &[u8]| {
     let versions = KubeletVersion::all();
     let results = hash_versions(&node, &versions);
     assert_eq!(results.len(), versions.len());
-    for (&v, r) in versions.iter().zip(&results) {
+    // `hash_versions` covers every version; the costlier cross-checks (a fresh decode and the
+    // explained text) run for three versions per input: the oldest, the newest and one picked
+    // by the input, so every version is cross-checked over a run.
+    let pick = data
+        .iter()
+        .fold(0usize, |a, &b| a.wrapping_mul(31).wrapping_add(b as usize));
+    let chosen = [0, versions.len() - 1, pick % versions.len()];
+    for (i, (&v, r)) in versions.iter().zip(&results).enumerate() {
+        if !chosen.contains(&i) {
+            continue;
+        }
         let d = decode(&node, v);
         let h = match r {
             Ok(h) => h,
