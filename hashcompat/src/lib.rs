@@ -282,9 +282,11 @@ pub fn hash_container_bytes(
     hash_node(&parse_json(spec)?, version)
 }
 
-/// Hashes of a container spec given as a `serde_json::Value`. Numbers keep their literal
-/// text (serde_json's `arbitrary_precision` is on), so this equals [`hash_container_bytes`]
-/// of the same document.
+/// Hashes of a container spec given as a `serde_json::Value`. Numbers keep their digits
+/// (serde_json's `arbitrary_precision` is on), but serde_json respells exponents (`1E3` →
+/// `1e+3`), and a quantity given as a bare JSON number is hashed from its literal text: for
+/// such specs use [`hash_container_bytes`] on the original bytes. API servers always send
+/// quantities as strings, so served specs hash the same either way.
 pub fn hash_container(
     spec: &serde_json::Value,
     version: KubeletVersion,
