@@ -853,7 +853,8 @@ fn bad_versions_flags_and_store() {
     let missing_root = node.dir.join("no-such-root").display().to_string();
     let s = |p: &Path| p.display().to_string();
     // (case, args after `patch --pods P <store flags>`, override of --root, code, message)
-    let cases: Vec<(&str, Vec<String>, Option<String>, i32, &str)> = vec![
+    type FlagCase<'a> = (&'a str, Vec<String>, Option<String>, i32, &'a str);
+    let cases: Vec<FlagCase> = vec![
         (
             "--to garbage",
             vec!["--to".into(), "banana".into()],
