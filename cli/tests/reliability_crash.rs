@@ -530,7 +530,7 @@ fn crash_sweep_large_docker_20_10() {
     let t = Instant::now();
     // thousands of points (a backup write, a staged write and a rename per container): sample
     // evenly over the whole run, so every phase is hit
-    let chosen = spread(s.points.len() as u64, 5);
+    let chosen = spread(s.points.len() as u64, 8);
     let steps: Vec<_> = chosen
         .iter()
         .map(|n| s.points[*n as usize - 1].clone())

@@ -189,6 +189,7 @@ fn modes_under(dir: &Path) -> Vec<(PathBuf, bool, u32)> {
 
 #[test]
 fn backups_are_private_whatever_the_umask() {
+    require_root("chown of a store file");
     for name in ["docker-20.10", "containerd-1.7", "crio-1.30"] {
         let node = small(name);
         let to = node.last_target();
