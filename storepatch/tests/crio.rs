@@ -1052,6 +1052,121 @@ fn crash_sweep_leaves_old_or_new_bytes_and_rolls_back() {
     }
 }
 
+/// Crash sweep of the rollback: patch a node, then kill a rollback (SIGKILL,
+/// `KUBELET_REHASH_CRASH_AT`) at every durable step. After each crash every file holds its
+/// patched or its original bytes (with its mode), and running the rollback again restores
+/// every original byte. The same test function is the child when `CRIO_ROLLBACK_CRASH_CHILD`
+/// names a backup to roll back.
+#[test]
+fn rollback_crash_sweep_leaves_old_or_new_bytes_and_reruns() {
+    const SELF: &str = "rollback_crash_sweep_leaves_old_or_new_bytes_and_reruns";
+    if let Some(bdir) = std::env::var_os("CRIO_ROLLBACK_CRASH_CHILD") {
+        backup::rollback(Path::new(&bdir), false).unwrap();
+        return;
+    }
+    let rewrites: Vec<Rewrite> = rewrites_for("1.31").into_iter().take(3).collect();
+    let run_child = |bdir: &Path, crash_at: Option<u64>| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", SELF, "--test-threads=1", "--nocapture"])
+            .env("CRIO_ROLLBACK_CRASH_CHILD", bdir)
+            .env("KUBELET_REHASH_CRASH_LOG", "1")
+            .env_remove("KUBELET_REHASH_CRASH_AT");
+        if let Some(n) = crash_at {
+            cmd.env("KUBELET_REHASH_CRASH_AT", n.to_string());
+        }
+        cmd.output().unwrap()
+    };
+    // A patched node (backup inside it) and its state before and after the patch.
+    let patched_node = |dir: &Path| {
+        let node = copy_node(dir);
+        let before = snapshot(&node);
+        let store = open(&node);
+        let bdir = node.join("backup");
+        let mut b = Backup::create(&bdir, "crio", store.graphroot()).unwrap();
+        let out = store.apply(&rewrites, &mut b).unwrap();
+        assert_eq!(out.files_written, 2 * rewrites.len());
+        let after: BTreeMap<_, _> = snapshot(&node)
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("backup"))
+            .collect();
+        (node, bdir, before, after)
+    };
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dry = tmp.path().join("dry");
+    let (node, bdir, original, _) = patched_node(&dry);
+    let out = run_child(&bdir, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let points = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("kubelet-rehash fault point"))
+        .count() as u64;
+    // Per restored file one staged write and one rename, and two syncfs.
+    assert!(
+        points >= 4 * rewrites.len() as u64 + 2,
+        "expected a fault point per durable step, saw {points}"
+    );
+    let restored: BTreeMap<_, _> = snapshot(&node)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("backup"))
+        .collect();
+    assert!(
+        restored == original,
+        "the rollback did not restore every byte"
+    );
+    fs::remove_dir_all(&dry).unwrap();
+
+    use std::os::unix::process::ExitStatusExt;
+    for n in 1..=points {
+        let dir = tmp.path().join(format!("crash{n}"));
+        let (node, bdir, original, patched) = patched_node(&dir);
+        let out = run_child(&bdir, Some(n));
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGKILL),
+            "point {n} did not crash"
+        );
+        let now = snapshot(&node);
+        for (rel, entry) in &now {
+            if rel.starts_with("backup") {
+                continue;
+            }
+            let name = rel.file_name().map(|n| n.to_string_lossy().into_owned());
+            if name.is_some_and(|n| n.contains(".rehash-tmp-")) {
+                fs::remove_file(node.join(rel)).unwrap();
+                continue;
+            }
+            let ok = original.get(rel) == Some(entry) || patched.get(rel) == Some(entry);
+            assert!(
+                ok,
+                "point {n}: {} holds neither its patched nor its original bytes and mode",
+                rel.display()
+            );
+        }
+        for rel in original.keys() {
+            assert!(
+                now.contains_key(rel),
+                "point {n}: {} vanished",
+                rel.display()
+            );
+        }
+        backup::rollback(&bdir, false).unwrap();
+        let restored: BTreeMap<_, _> = snapshot(&node)
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("backup"))
+            .collect();
+        assert!(
+            restored == original,
+            "point {n}: the second rollback did not restore every byte"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 #[test]
 fn node_file_warnings_follow_the_node() {
     let tmp = tempfile::tempdir().unwrap();
