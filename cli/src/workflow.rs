@@ -402,6 +402,12 @@ pub fn cmd_patch(args: &PatchArgs, output: &str, out: &mut dyn Write) -> Result<
     }
     store.ensure_stopped()?;
     precheck_live_restore(store.as_ref(), &args.plan.store)?;
+    let swept = store.sweep_stale_temps()?;
+    if swept > 0 {
+        eprintln!(
+            "kubelet-rehash: removed {swept} temp file(s) an interrupted earlier run left behind"
+        );
+    }
     if rewrites.is_empty() {
         eprintln!("kubelet-rehash: nothing to rewrite: every proven container already holds its target hash");
     } else {

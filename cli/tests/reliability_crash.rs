@@ -332,6 +332,19 @@ impl Sweep {
             "{name} {at}: the rerun gives the reference result; differ: {diff:?}"
         );
         assert_eq!(self.node.stored_hashes(&self.to), self.new_hashes);
+        // In the store (var/, and the CRI-O runroot under run/); a killed run's backup dir may
+        // keep its half-written manifest temp, which rollback never reads.
+        let leftovers: Vec<_> = ["var", "run"]
+            .iter()
+            .flat_map(|d| walkdir::WalkDir::new(self.node.dir.join(d)))
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(".rehash-tmp-"))
+            .map(|e| e.path().display().to_string())
+            .collect();
+        assert!(
+            leftovers.is_empty(),
+            "{name} {at}: the rerun removes the killed run's temp files: {leftovers:?}"
+        );
         std::fs::remove_dir_all(&bk).ok();
         self.count("reruns complete");
     }

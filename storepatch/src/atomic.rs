@@ -67,6 +67,44 @@ fn temp_path_for(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.rehash-tmp-{}", std::process::id()))
 }
 
+/// The pid in a temp file name made by [`temp_path_for`], if `name` is one.
+fn temp_owner(name: &str) -> Option<u32> {
+    let (_, pid) = name.strip_prefix('.')?.rsplit_once(".rehash-tmp-")?;
+    pid.parse().ok()
+}
+
+/// Removes temp files a killed run left behind (`.<name>.rehash-tmp-<pid>` whose process is
+/// gone) in the directories below `root`, at most `max_depth` levels down, without following
+/// symlinks. They are harmless to the runtimes, but thousands of them after a crash are noise.
+/// Returns how many were removed.
+pub fn sweep_stale_temps(root: &Path, max_depth: usize) -> Result<usize, StoreError> {
+    if !root.is_dir() {
+        return Ok(0);
+    }
+    let me = std::process::id();
+    let mut removed = 0;
+    for entry in walkdir::WalkDir::new(root)
+        .max_depth(max_depth)
+        .follow_links(false)
+        .into_iter()
+        .filter_map(Result::ok)
+    {
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let Some(pid) = entry.file_name().to_str().and_then(temp_owner) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks whether the pid exists.
+        let alive = pid == me || unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
+        if !alive {
+            fs::remove_file(entry.path()).map_err(|e| StoreError::io(entry.path(), e))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// fsyncs a directory so a rename inside it is durable.
 pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     fault::point("fsync-dir");
@@ -555,6 +593,23 @@ mod tests {
         );
         assert_eq!(fs::read(&later).unwrap(), b"old", "the next wave never ran");
         assert_eq!(listing(dir.path()), ["d", "later.json"], "temps removed");
+    }
+
+    #[test]
+    fn sweep_removes_only_dead_runs_temps() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("containers/abc");
+        fs::create_dir_all(&sub).unwrap();
+        // pid 0x7fff_fff0 does not exist; our own pid does.
+        let dead = sub.join(".config.v2.json.rehash-tmp-2147483632");
+        let ours = sub.join(format!(".config.v2.json.rehash-tmp-{}", std::process::id()));
+        let other = sub.join("config.v2.json");
+        for p in [&dead, &ours, &other] {
+            fs::write(p, b"x").unwrap();
+        }
+        assert_eq!(sweep_stale_temps(dir.path(), 3).unwrap(), 1);
+        assert!(!dead.exists(), "a dead run's temp file is removed");
+        assert!(ours.exists() && other.exists(), "nothing else is touched");
     }
 
     #[test]

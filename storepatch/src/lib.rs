@@ -156,4 +156,9 @@ pub trait RuntimeStore: Send + Sync {
         rewrites: &[Rewrite],
         backup: &mut backup::Backup,
     ) -> Result<ApplyOutcome, StoreError>;
+    /// Removes temp files that a killed run left beside the store's files; returns how many.
+    /// Only for stopped runtimes. Stores written in place (a bolt file) have none.
+    fn sweep_stale_temps(&self) -> Result<usize, StoreError> {
+        Ok(0)
+    }
 }

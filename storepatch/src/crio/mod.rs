@@ -906,6 +906,20 @@ impl RuntimeStore for CrioStore {
         RuntimeKind::Crio
     }
 
+    /// `<driver>-containers/<id>/userdata/.config.json.rehash-tmp-<pid>` of killed runs, in
+    /// the graphroot and the runroot.
+    fn sweep_stale_temps(&self) -> Result<usize, StoreError> {
+        let mut ignored = Vec::new();
+        let mut removed = 0;
+        for d in self.container_dirs(&mut ignored)? {
+            removed += crate::atomic::sweep_stale_temps(&d, 3)?;
+            if let (Some(runroot), Some(driver)) = (&self.runroot, d.file_name()) {
+                removed += crate::atomic::sweep_stale_temps(&runroot.join(driver), 3)?;
+            }
+        }
+        Ok(removed)
+    }
+
     fn root(&self) -> &Path {
         &self.graphroot
     }

@@ -549,6 +549,11 @@ impl RuntimeStore for DockerStore {
         RuntimeKind::Docker
     }
 
+    /// `containers/<id>/.config.v2.json.rehash-tmp-<pid>` of killed runs.
+    fn sweep_stale_temps(&self) -> Result<usize, StoreError> {
+        crate::atomic::sweep_stale_temps(&self.containers_dir()?, 2)
+    }
+
     fn root(&self) -> &Path {
         &self.root
     }
