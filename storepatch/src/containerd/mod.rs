@@ -734,7 +734,11 @@ impl RuntimeStore for ContainerdStore {
             ));
         }
         let found = collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?;
-        report.records = found.iter().map(|f| self.record(f)).collect();
+        // Decoding ~2.7 KB of JSON and reading a status file per container: parallel.
+        report.records = {
+            use rayon::prelude::*;
+            found.par_iter().map(|f| self.record(f)).collect()
+        };
         Ok(report)
     }
 
