@@ -270,8 +270,13 @@ fn write_copy(
         .open(&copy)
         .map_err(|e| StoreError::io(&copy, e))?;
     fault::point("backup-write");
-    f.write_all(original)
-        .map_err(|e| StoreError::io(&copy, e))?;
+    // A large file (containerd's meta.db, tens of MB) is hashed while it is being written.
+    let (written, sha256_original) = if original.len() >= 1 << 20 {
+        rayon::join(|| f.write_all(original), || sha256_hex(original))
+    } else {
+        (f.write_all(original), sha256_hex(original))
+    };
+    written.map_err(|e| StoreError::io(&copy, e))?;
     Ok(ManifestEntry {
         path: path.to_path_buf(),
         backup_file,
@@ -279,7 +284,7 @@ fn write_copy(
         uid: meta.uid,
         gid: meta.gid,
         size: original.len() as u64,
-        sha256_original: sha256_hex(original),
+        sha256_original,
         sha256_new: new_sha256,
     })
 }
