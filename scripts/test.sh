@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup-docker.sh
 scripts/setup-containerd.sh
 
-cargo test --workspace --release
+cargo test --workspace --release --no-fail-fast
 
 if [ -x scripts/fuzz-smoke.sh ]; then
     scripts/fuzz-smoke.sh
