@@ -131,36 +131,9 @@ fn replace_file_inner(
     meta: FileMeta,
     dir_sync: bool,
 ) -> Result<(), StoreError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = temp_path_for(path);
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(|e| StoreError::io(&tmp, e))?;
-        fault::point("write");
-        f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
-        // Owner first: chown clears set-id bits, chmod then sets the final mode.
-        std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))
-            .map_err(|e| StoreError::io(&tmp, e))?;
-        f.set_permissions(fs::Permissions::from_mode(meta.mode))
-            .map_err(|e| StoreError::io(&tmp, e))?;
-        fault::point("fsync");
-        f.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
-        drop(f);
-        fault::point("rename");
-        fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-        return result;
-    }
+    stage_file_inner(path, bytes, meta, true)?.commit()?;
     if dir_sync {
-        sync_dir(dir)?;
+        sync_dir(path.parent().unwrap_or(Path::new(".")))?;
     }
     Ok(())
 }
@@ -225,6 +198,7 @@ fn stage_file_inner(
             .map_err(|e| StoreError::io(&tmp, e))?;
         fault::point("write");
         f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
+        // Owner first: chown clears set-id bits, chmod then sets the final mode.
         std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))
             .map_err(|e| StoreError::io(&tmp, e))?;
         f.set_permissions(fs::Permissions::from_mode(meta.mode))
