@@ -187,29 +187,41 @@ pub fn open_store(a: &StoreArgs) -> Result<Box<dyn RuntimeStore>, Failure> {
     Ok(store)
 }
 
-/// Docker without live-restore: stopping dockerd has already killed every container, and its
+/// Docker with live-restore *known* to be off (`--live-restore false`, or daemon.json saying
+/// `"live-restore": false`): stopping dockerd has already killed every container, and its
 /// restart recreates nothing the kubelet would adopt. Refuse rather than pretend to help.
+/// When it is only unknown (no daemon.json, dockerd stopped so its flags cannot be read), the
+/// plan's loud warning stands and the patch goes on: the operator stopped dockerd knowingly.
 fn precheck_live_restore(store: &dyn RuntimeStore, a: &StoreArgs) -> Result<(), Failure> {
     if store.kind() != RuntimeKind::Docker {
         return Ok(());
     }
-    let mut o = DockerOptions::default();
-    if let Some(p) = &a.runtime_pidfile {
-        o.pidfile = p.clone();
-    }
-    if let Some(d) = &a.daemon_json {
-        o.daemon_json = d.clone();
-    }
-    o.live_restore = a.live_restore;
-    let docker = DockerStore::with_options(store.root(), o)?;
-    match docker.live_restore() {
-        storepatch::docker::LiveRestore::Off(src) => Err(Failure::new(
+    let daemon_json = a
+        .daemon_json
+        .clone()
+        .unwrap_or_else(|| DockerOptions::default().daemon_json);
+    let configured_off = std::fs::read(&daemon_json)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.get("live-restore").and_then(|x| x.as_bool()))
+        == Some(false);
+    let source = match a.live_restore {
+        Some(false) => Some("--live-restore false".to_string()),
+        Some(true) => None,
+        None if configured_off => Some(format!(
+            "{} says \"live-restore\": false",
+            daemon_json.display()
+        )),
+        None => None,
+    };
+    match source {
+        Some(src) => Err(Failure::new(
             exit::REFUSED,
             format!(
                 "refused: dockerd live-restore is off ({src}); stopping dockerd kills every container, so there is nothing to keep. If dockerd does run with --live-restore, say so with --live-restore true"
             ),
         )),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 

@@ -539,4 +539,23 @@ fn docker_patch_refuses_without_live_restore() {
     assert!(String::from_utf8_lossy(&patch.stderr).contains("live-restore is off"));
     assert_eq!(node.tree(), before, "nothing written");
     assert!(!backup.exists(), "no backup taken");
+
+    // Unknown (no daemon.json, dockerd stopped so its flags cannot be read): the plan warns,
+    // the patch goes on.
+    std::fs::remove_file(&daemon_json).unwrap();
+    let plan = run("plan", &["--to", "1.16"]);
+    assert!(
+        String::from_utf8_lossy(&plan.stdout).contains("DANGER"),
+        "still warned"
+    );
+    let patch = run(
+        "patch",
+        &["--to", "1.16", "--backup-dir", backup.to_str().unwrap()],
+    );
+    assert!(
+        matches!(patch.status.code(), Some(0) | Some(4)),
+        "unknown live-restore does not block the patch: {}",
+        String::from_utf8_lossy(&patch.stderr)
+    );
+    assert_ne!(node.tree(), before, "the patch wrote");
 }
