@@ -89,7 +89,7 @@ impl Builder {
         let n = size.div_ceil(self.ps).max(1);
         let id = self.next_id();
         let mut buf = vec![0u8; n * self.ps];
-        write_node_into(&mut buf, id, leaf, elems, (n - 1) as u32);
+        super::write::encode_node(&mut buf, id, leaf, elems, (n - 1) as u32);
         self.out.extend_from_slice(&buf);
         id
     }
@@ -148,40 +148,13 @@ impl Builder {
         wr_u64(&mut v, 8, seq);
         if elems.iter().all(|e| e.0 & BUCKET_LEAF_FLAG == 0) && size <= self.ps / 4 {
             let mut pg = vec![0u8; size];
-            write_node_into(&mut pg, 0, true, &elems, 0);
+            super::write::encode_node(&mut pg, 0, true, &elems, 0);
             v.extend_from_slice(&pg);
         } else {
             let root = self.tree(elems, true);
             wr_u64(&mut v, 0, root);
         }
         v
-    }
-}
-
-fn write_node_into(buf: &mut [u8], id: u64, leaf: bool, elems: &[Elem], overflow: u32) {
-    wr_u64(buf, 0, id);
-    wr_u16(buf, 8, if leaf { FLAG_LEAF } else { FLAG_BRANCH });
-    wr_u16(buf, 10, elems.len() as u16);
-    wr_u32(buf, 12, overflow);
-    let mut off = PAGE_HEADER + ELEM_SIZE * elems.len();
-    for (i, (flags, k, v)) in elems.iter().enumerate() {
-        let e = PAGE_HEADER + i * ELEM_SIZE;
-        let pos = (off - e) as u32;
-        if leaf {
-            wr_u32(buf, e, *flags);
-            wr_u32(buf, e + 4, pos);
-            wr_u32(buf, e + 8, k.len() as u32);
-            wr_u32(buf, e + 12, v.len() as u32);
-            buf[off..off + k.len()].copy_from_slice(k);
-            buf[off + k.len()..off + k.len() + v.len()].copy_from_slice(v);
-            off += k.len() + v.len();
-        } else {
-            wr_u32(buf, e, pos);
-            wr_u32(buf, e + 4, k.len() as u32);
-            buf[e + 8..e + 16].copy_from_slice(&v[..8]);
-            buf[off..off + k.len()].copy_from_slice(k);
-            off += k.len();
-        }
     }
 }
 

@@ -133,7 +133,9 @@ fn node_size(elems: &[(u32, Vec<u8>, Vec<u8>)], leaf: bool) -> usize {
             .sum::<usize>()
 }
 
-fn encode_node(
+/// Writes one branch or leaf node (header, element table, keys and values) into `buf`, the
+/// way bbolt lays out a page; shared by the copy-on-write writer and the bulk builder.
+pub(super) fn encode_node(
     buf: &mut [u8],
     id: u64,
     leaf: bool,
@@ -160,7 +162,7 @@ fn encode_node(
         } else {
             wr_u32(buf, e, pos);
             wr_u32(buf, e + 4, k.len() as u32);
-            buf[e + 8..e + 16].copy_from_slice(v);
+            buf[e + 8..e + 16].copy_from_slice(&v[..8]);
             buf[off..off + k.len()].copy_from_slice(k);
             off += k.len();
         }
