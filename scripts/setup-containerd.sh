@@ -27,23 +27,8 @@ installed runc || need+=(runc)
 # a dynamically linked busybox cannot run inside a one-layer image: the static one is required
 installed busybox-static || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" != 0 ]; then
-        echo "setup-containerd: need root to install ${need[*]}" >&2
-        exit 1
-    fi
-    created_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-        chmod 0755 /usr/sbin/policy-rc.d
-        created_policy=1
-    fi
-    cleanup() { if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi; }
-    trap cleanup EXIT
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=600 update -qq
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}"
-    cleanup
-    trap - EXIT
+    . "$here/scripts/apt-install.sh"
+    apt_install_quietly "${need[@]}"
     log "installed ${need[*]}"
 fi
 log "system: $(containerd --version), $(runc --version | head -1)"

@@ -17,21 +17,6 @@ if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi
 
-if [ "$(id -u)" != 0 ]; then
-    echo "setup-docker: need root to install ${need[*]}" >&2
-    exit 1
-fi
-
-created_policy=0
-if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod 0755 /usr/sbin/policy-rc.d
-    created_policy=1
-fi
-cleanup() { if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi; }
-trap cleanup EXIT
-
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}"
+. "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
+apt_install_quietly "${need[@]}"
 echo "setup-docker: installed ${need[*]}; dockerd: $(dockerd --version | head -1)"
