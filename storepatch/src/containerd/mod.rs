@@ -132,6 +132,26 @@ fn try_flock(file: &File, op: libc::c_int) -> std::io::Result<bool> {
     }
 }
 
+/// An open meta.db whose flock is released explicitly on drop. Closing our fd is not enough:
+/// a flock belongs to the open file description, and a process forked by another thread
+/// (between fork and exec) holds a copy of the fd, so the lock would outlive our close and a
+/// later check would see "containerd is running". `LOCK_UN` releases it for every copy.
+struct Flocked(File);
+
+impl std::ops::Deref for Flocked {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.0
+    }
+}
+
+impl Drop for Flocked {
+    fn drop(&mut self) {
+        // SAFETY: plain syscall on a valid fd; unlocking an unlocked file is a no-op.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
 fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found<'a>>, bolt::BoltError> {
     let v1 = view
         .bucket(root, b"v1", "bucket v1")?
@@ -309,8 +329,8 @@ impl ContainerdStore {
 
     /// meta.db opened for reading: mapped under a shared flock when it is free, otherwise a
     /// private snapshot (second value: a warning).
-    fn read_db(&self) -> Result<(Db, Option<String>, File), StoreError> {
-        let file = self.open_db_file(false)?;
+    fn read_db(&self) -> Result<(Db, Option<String>, Flocked), StoreError> {
+        let file = Flocked(self.open_db_file(false)?);
         let locked =
             try_flock(&file, libc::LOCK_SH).map_err(|e| StoreError::io(&self.db_path, e))?;
         if locked {
@@ -451,7 +471,7 @@ impl ContainerdStore {
                 }
             }
         }
-        let file = self.open_db_file(true)?;
+        let file = Flocked(self.open_db_file(true)?);
         if !try_flock(&file, libc::LOCK_EX).map_err(|e| StoreError::io(&self.db_path, e))? {
             return Err(self.running(self.locked_evidence()));
         }
@@ -743,17 +763,49 @@ impl RuntimeStore for ContainerdStore {
     }
 
     fn ensure_stopped(&self) -> Result<(), StoreError> {
-        let file = self.open_db_file(false)?;
+        let file = Flocked(self.open_db_file(false)?);
         if !try_flock(&file, libc::LOCK_EX).map_err(|e| StoreError::io(&self.db_path, e))? {
             return Err(self.running(self.locked_evidence()));
         }
-        // SAFETY: plain syscall on a valid fd; closing the fd would release it too.
-        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
         drop(file);
         self.check_socket()
     }
 
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
         self.apply_detailed(rewrites, backup).map(|(o, _)| o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy of our fd (what a child forked by another thread holds until it execs) must not
+    /// keep meta.db locked once we are done with it: a later running check would otherwise
+    /// refuse, blaming a containerd that is not there.
+    #[test]
+    fn dropped_lock_is_released_even_when_the_fd_was_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.db");
+        std::fs::write(&path, b"x").unwrap();
+        let open = || File::open(&path).unwrap();
+
+        let ours = Flocked(open());
+        assert!(try_flock(&ours, libc::LOCK_EX).unwrap(), "fresh file locks");
+        // SAFETY: dup of a valid fd; the copy shares the open file description, as fork does.
+        let copy = unsafe { libc::dup(ours.as_raw_fd()) };
+        assert!(copy >= 0);
+        assert!(
+            !try_flock(&open(), libc::LOCK_EX).unwrap(),
+            "while we hold it, another open file description cannot lock"
+        );
+        drop(ours);
+        let relocked = try_flock(&open(), libc::LOCK_EX).unwrap();
+        // SAFETY: closing the fd we dup-ed above.
+        unsafe { libc::close(copy) };
+        assert!(
+            relocked,
+            "after drop the lock is gone although a copy of the fd is still open"
+        );
     }
 }
