@@ -769,6 +769,73 @@ fn bad_page_graph_cycle() {
     assert_refused(b, "multiple references");
 }
 
+/// First live (reachable, not free) page of each tree type in `bytes`: (branch, leaf).
+fn first_live_tree_pages(bytes: &[u8]) -> (Option<usize>, Option<usize>) {
+    let db = Db::from_bytes(bytes.to_vec()).unwrap();
+    let rep = bolt::check::check(&db.view(), &db.meta);
+    assert!(rep.is_ok(), "{}", rep.summary());
+    let free: std::collections::HashSet<u64> = rep.free.iter().copied().collect();
+    let (mut branch, mut leaf) = (None, None);
+    let mut id = 2usize;
+    while (id as u64) < rep.hwm {
+        let h = &bytes[id * 4096..];
+        let flags = u16::from_le_bytes([h[8], h[9]]);
+        let overflow = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
+        if free.contains(&(id as u64)) {
+            id += 1;
+            continue;
+        }
+        match flags {
+            0x01 => branch = branch.or(Some(id)),
+            0x02 => leaf = leaf.or(Some(id)),
+            _ => {}
+        }
+        id += 1 + overflow;
+    }
+    (branch, leaf)
+}
+
+/// bbolt's cursor reads a page with both type bits as a leaf, its page walk (and `tx.Check`)
+/// as a branch; a byte flip that makes such a page once let our check pass a tree our reader
+/// saw differently. Both bits set is corruption, named with the page's flags.
+#[test]
+fn bad_tree_page_with_both_type_flags() {
+    let node = fs::read(node_root("1.7").join(META_DB)).unwrap();
+    let mut tried = 0;
+    for (name, bytes) in [("store fixture", store_before()), ("1.7 node", node)] {
+        let (branch, leaf) = first_live_tree_pages(&bytes);
+        for page in [branch, leaf].into_iter().flatten() {
+            let mut b = bytes.clone();
+            b[page * 4096 + 8] = 0x03;
+            let db = Db::from_bytes(b.clone()).unwrap();
+            let rep = bolt::check::check(&db.view(), &db.meta);
+            assert!(
+                rep.summary().contains("flags 0x0003"),
+                "{name} page {page}: check names the bad flags: {}",
+                rep.summary()
+            );
+            let r = Root_::new(&b, &[]);
+            let e = r.store().scan().unwrap_err().to_string();
+            assert!(
+                e.contains("flags 0x0003") && e.contains("meta.db"),
+                "{name} page {page}: scan refuses naming file and flags: {e}"
+            );
+            let (_d, mut bk, _) = new_backup("flags");
+            let e = r.store().apply(&some_rewrite(), &mut bk).unwrap_err();
+            assert!(
+                e.to_string().contains("flags 0x0003"),
+                "{name} page {page}: apply refuses: {e}"
+            );
+            assert_eq!(fs::read(r.db()).unwrap(), b, "{name}: file unchanged");
+            tried += 1;
+        }
+    }
+    assert!(
+        tried >= 3,
+        "a branch page and leaf pages were damaged ({tried})"
+    );
+}
+
 #[test]
 fn bad_missing_v1_bucket() {
     let mut b = store_before();

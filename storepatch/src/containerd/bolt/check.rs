@@ -95,33 +95,23 @@ impl<'a, 'v> Walker<'a, 'v> {
             Root::Page(id) => {
                 self.check_tree(id, None, None, path, depth, 0);
             }
-            Root::Inline(page) => {
-                let flags = rd_u16(page, 8);
-                if flags & FLAG_LEAF == 0 {
-                    self.err(format!(
-                        "inline bucket {path}: its page is not a leaf (flags {flags:#x})"
-                    ));
-                    return;
-                }
-                let count = rd_u16(page, 10) as usize;
-                match leaf_elems(page, count, &|| format!("inline bucket {path}")) {
-                    Err(e) => self.err(e.to_string()),
-                    Ok(elems) => {
-                        let mut prev: Option<&[u8]> = None;
-                        for (i, e) in elems.iter().enumerate() {
-                            if let Some(p) = prev {
-                                if p >= e.key {
-                                    self.err(format!(
+            Root::Inline(page) => match inline_elems(page, &|| format!("inline bucket {path}")) {
+                Err(e) => self.err(e.to_string()),
+                Ok(elems) => {
+                    let mut prev: Option<&[u8]> = None;
+                    for (i, e) in elems.iter().enumerate() {
+                        if let Some(p) = prev {
+                            if p >= e.key {
+                                self.err(format!(
                                         "inline bucket {path}: key {i} is not greater than the previous key"
                                     ));
-                                }
                             }
-                            prev = Some(e.key);
                         }
-                        self.children(&elems, path, depth);
+                        prev = Some(e.key);
                     }
+                    self.children(&elems, path, depth);
                 }
-            }
+            },
         }
     }
 

@@ -330,12 +330,16 @@ pub struct Page<'a> {
     pub buf: &'a [u8],
 }
 
+// Tree pages must carry exactly one type flag. bbolt only ever writes 0x01 or 0x02 (pages are
+// zeroed before reuse), but reads a damaged mix inconsistently: its cursor tests the leaf bit
+// first, its page walk (and so `tx.Check`) the branch bit. Accepting a mix would let our check
+// and our reader see two different trees; exact flags make it corruption, plainly reported.
 impl<'a> Page<'a> {
     pub fn is_leaf(&self) -> bool {
-        self.flags & FLAG_LEAF != 0
+        self.flags == FLAG_LEAF
     }
     pub fn is_branch(&self) -> bool {
-        self.flags & FLAG_BRANCH != 0
+        self.flags == FLAG_BRANCH
     }
 }
 
@@ -386,6 +390,22 @@ pub fn bucket_root<'a>(value: &'a [u8], at: &str) -> Result<(Root<'a>, u64), Bol
 }
 
 /// Parses the elements of a leaf page image (`buf` = the page span or an inline page).
+/// The elements of an inline bucket's page (`page` = the bytes after the bucket header),
+/// which must be a leaf.
+pub fn inline_elems<'a>(
+    page: &'a [u8],
+    at: &dyn Fn() -> String,
+) -> Result<Vec<LeafElem<'a>>, BoltError> {
+    let flags = rd_u16(page, 8);
+    if flags != FLAG_LEAF {
+        return Err(BoltError::new(
+            at(),
+            format!("its page is not a leaf (flags {flags:#06x})"),
+        ));
+    }
+    leaf_elems(page, rd_u16(page, 10) as usize, at)
+}
+
 pub fn leaf_elems<'a>(
     buf: &'a [u8],
     count: usize,
@@ -571,12 +591,7 @@ impl<'a> View<'a> {
     ) -> Result<(), BoltError> {
         match root {
             Root::Inline(page) => {
-                let flags = rd_u16(page, 8);
-                if flags & FLAG_LEAF == 0 {
-                    return Err(BoltError::new("inline bucket", "its page is not a leaf"));
-                }
-                let count = rd_u16(page, 10) as usize;
-                for e in leaf_elems(page, count, &|| "inline bucket".to_string())? {
+                for e in inline_elems(page, &|| "inline bucket".to_string())? {
                     f(e)?;
                 }
                 Ok(())
@@ -615,8 +630,7 @@ impl<'a> View<'a> {
     pub fn get(&self, root: Root<'a>, key: &[u8]) -> Result<Option<LeafElem<'a>>, BoltError> {
         let mut id = match root {
             Root::Inline(page) => {
-                let count = rd_u16(page, 10) as usize;
-                let elems = leaf_elems(page, count, &|| "inline bucket".to_string())?;
+                let elems = inline_elems(page, &|| "inline bucket".to_string())?;
                 return Ok(elems.into_iter().find(|e| e.key == key));
             }
             Root::Page(id) => id,

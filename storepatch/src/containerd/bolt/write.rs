@@ -320,10 +320,7 @@ impl<'a, 'v> Planner<'a, 'v> {
             }
             Root::Inline(page) => {
                 let at = || format!("inline bucket {path}");
-                if rd_u16(page, 8) & FLAG_LEAF == 0 {
-                    return Err(BoltError::new(at(), "its page is not a leaf"));
-                }
-                let elems = leaf_elems(page, rd_u16(page, 10) as usize, &at)?;
+                let elems = inline_elems(page, &at)?;
                 let mut out: Vec<(u32, Vec<u8>, Vec<u8>)> = elems
                     .iter()
                     .map(|e| (e.flags, e.key.to_vec(), e.value.to_vec()))
