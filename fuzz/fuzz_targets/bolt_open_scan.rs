@@ -4,7 +4,7 @@
 //! passes the check, a copy-on-write plan replacing a few values.
 //!
 //! Invariants: no panic and no endless walk (cycles and shared pages are errors; run with
-//! `-timeout`); the scan refuses every file the check finds structurally damaged; a planned
+//! `-timeout`); a file the check passes walks and dumps without error; the scan refuses every file the check finds structurally damaged; a planned
 //! transaction passes the check itself and holds exactly the old tree with the chosen values
 //! replaced (txid + 1, written to the other meta page). Errors are fine.
 #![no_main]
@@ -79,6 +79,16 @@ fuzz_target!(|data: &[u8]| {
         let d = db.dump();
         if let (Ok(w), Ok(d)) = (&w, &d) {
             assert_eq!(w.len(), d.len(), "the two walks disagree");
+        }
+        // What the check passes, every reader reads: a file the check accepts but a walk
+        // cannot read means the check and the reader see two different trees.
+        if report.is_ok() {
+            if let Err(e) = &w {
+                panic!("the check passed but the walk fails: {e}");
+            }
+            if let Err(e) = &d {
+                panic!("the check passed but the dump fails: {e}");
+            }
         }
         Some(w)
     } else {
