@@ -2,7 +2,10 @@
 //!
 //! A backup directory holds a copy of every file a patch is about to replace and
 //! `manifest.json`: per file its absolute path, mode, owner, size, the sha256 of the original
-//! bytes and (once known) of the new bytes. The manifest is written, and the copies made
+//! bytes and (once known) of the new bytes, and where its copy lies. Many small files (Docker's
+//! and CRI-O's `config.json`s) are copied into one pack file, each at a recorded offset:
+//! creating thousands of copies in one directory costs more than the whole patch (every
+//! create takes the directory's lock and allocates an inode), a pack is one sequential write. The manifest is written, and the copies made
 //! durable, before the store is touched, so a crash at any point leaves a usable backup.
 //!
 //! Rollback trusts nothing: it checks every backup copy against its recorded sha256 and every
@@ -22,7 +25,10 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub const MANIFEST_NAME: &str = "manifest.json";
-const FORMAT: u32 = 1;
+/// Written by this build: 2 (copies may share a pack file, `offset` set). Format 1 (one file
+/// per copy) is read too.
+const FORMAT: u32 = 2;
+const READABLE_FORMATS: [u32; 2] = [1, 2];
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
@@ -33,8 +39,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 pub struct ManifestEntry {
     /// Absolute path of the file in the store.
     pub path: PathBuf,
-    /// Name of the copy inside the backup directory.
+    /// Name of the file inside the backup directory that holds the copy.
     pub backup_file: String,
+    /// Where the copy starts in `backup_file` when that is a pack of several copies (`size`
+    /// bytes from here); absent when the file holds just this copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
@@ -173,25 +183,52 @@ impl Backup {
         Ok(())
     }
 
-    /// [`Backup::save`] for many files at once: the copies are written, and the sha256s of
-    /// the originals and of the new bytes computed, on several threads. The manifest gets
-    /// the same entries, in the same order (`items`' order), as one `save` per item would
-    /// give. On an error no entry is added (copies already written stay in the directory,
-    /// which is never committed then). The copies are made durable by [`Backup::commit`].
+    /// [`Backup::save`] for many files at once: the copies go, one after the other, into one
+    /// new pack file (mode 0600), while the sha256s of the originals and of the new bytes are
+    /// computed on other threads. The manifest gets one entry per item, in `items`' order.
+    /// On an error no entry is added (a partial pack stays in the directory, which is never
+    /// committed then). The pack is made durable by [`Backup::commit`].
     pub fn save_many(&mut self, items: &[SaveItem<'_>]) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
         let start = self.manifest.entries.len();
-        let dir = &self.dir;
-        let entries: Vec<ManifestEntry> = atomic::on_io_threads(|| {
-            items
-                .par_iter()
-                .enumerate()
-                .map(|(i, it)| {
-                    let new_sha = it.new.map(sha256_hex);
-                    write_copy(dir, start + i, it.path, it.original, it.meta, new_sha)
-                })
-                .collect::<Result<_, _>>()
-        })?;
-        self.manifest.entries.extend(entries);
+        let pack_name = format!("{start:06}-originals.pack");
+        let pack = self.dir.join(&pack_name);
+        let (written, shas) = rayon::join(
+            || -> Result<(), StoreError> {
+                let f = create_private(&pack)?;
+                fault::point("backup-write");
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+                for it in items {
+                    w.write_all(it.original)
+                        .map_err(|e| StoreError::io(&pack, e))?;
+                }
+                w.flush().map_err(|e| StoreError::io(&pack, e))
+            },
+            || -> Vec<(String, Option<String>)> {
+                items
+                    .par_iter()
+                    .map(|it| (sha256_hex(it.original), it.new.map(sha256_hex)))
+                    .collect()
+            },
+        );
+        written?;
+        let mut offset = 0u64;
+        for (it, (sha256_original, sha256_new)) in items.iter().zip(shas) {
+            self.manifest.entries.push(ManifestEntry {
+                path: it.path.to_path_buf(),
+                backup_file: pack_name.clone(),
+                offset: Some(offset),
+                mode: it.meta.mode,
+                uid: it.meta.uid,
+                gid: it.meta.gid,
+                size: it.original.len() as u64,
+                sha256_original,
+                sha256_new,
+            });
+            offset += it.original.len() as u64;
+        }
         Ok(())
     }
 
@@ -262,13 +299,7 @@ fn write_copy(
         .unwrap_or_else(|| "file".into());
     let backup_file = format!("{index:06}-{base}");
     let copy = dir.join(&backup_file);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&copy)
-        .map_err(|e| StoreError::io(&copy, e))?;
+    let mut f = create_private(&copy)?;
     fault::point("backup-write");
     // A large file (containerd's meta.db, tens of MB) is hashed while it is being written.
     let (written, sha256_original) = if original.len() >= 1 << 20 {
@@ -280,6 +311,7 @@ fn write_copy(
     Ok(ManifestEntry {
         path: path.to_path_buf(),
         backup_file,
+        offset: None,
         mode: meta.mode,
         uid: meta.uid,
         gid: meta.gid,
@@ -287,6 +319,17 @@ fn write_copy(
         sha256_original,
         sha256_new: new_sha256,
     })
+}
+
+/// A new file for backup bytes: mode 0600, never over an existing file or through a symlink.
+fn create_private(path: &Path) -> Result<fs::File, StoreError> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| StoreError::io(path, e))
 }
 
 fn syncfs(d: &fs::File, dir: &Path) -> Result<(), StoreError> {
@@ -315,14 +358,90 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, StoreError> {
     let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
         StoreError::Backup(format!("{}: not a valid manifest: {e}", path.display()))
     })?;
-    if manifest.format != FORMAT {
+    if !READABLE_FORMATS.contains(&manifest.format) {
         return Err(StoreError::Backup(format!(
-            "{}: manifest format {} is not supported (this build reads {FORMAT})",
+            "{}: manifest format {} is not supported (this build reads {READABLE_FORMATS:?})",
             path.display(),
             manifest.format
         )));
     }
+    for e in &manifest.entries {
+        // A copy's name is a plain name inside the backup directory, nothing else.
+        let plain = !e.backup_file.is_empty()
+            && !e.backup_file.contains('/')
+            && e.backup_file != "."
+            && e.backup_file != "..";
+        if !plain {
+            return Err(StoreError::Backup(format!(
+                "{}: backup file name {:?} is not a plain name in the backup directory",
+                path.display(),
+                e.backup_file
+            )));
+        }
+        if manifest.format == 1 && e.offset.is_some() {
+            return Err(StoreError::Backup(format!(
+                "{}: a format 1 manifest cannot place copies at offsets",
+                path.display()
+            )));
+        }
+    }
     Ok(manifest)
+}
+
+/// The pack files of a backup, opened once (regular files, never through a symlink), read
+/// at the offsets the manifest gives.
+struct Packs {
+    files: std::collections::HashMap<String, (PathBuf, fs::File, u64)>,
+}
+
+impl Packs {
+    fn open(dir: &Path, manifest: &Manifest) -> Result<Packs, StoreError> {
+        let mut files = std::collections::HashMap::new();
+        for e in manifest.entries.iter().filter(|e| e.offset.is_some()) {
+            if files.contains_key(&e.backup_file) {
+                continue;
+            }
+            let path = dir.join(&e.backup_file);
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .map_err(|err| {
+                    if err.raw_os_error() == Some(libc::ELOOP) {
+                        StoreError::Backup(format!(
+                            "{} is a symbolic link; the backup is damaged; nothing was restored",
+                            path.display()
+                        ))
+                    } else {
+                        StoreError::io(&path, err)
+                    }
+                })?;
+            let meta = file.metadata().map_err(|err| StoreError::io(&path, err))?;
+            if !meta.is_file() {
+                return Err(StoreError::Backup(format!(
+                    "{} is not a regular file; the backup is damaged; nothing was restored",
+                    path.display()
+                )));
+            }
+            files.insert(e.backup_file.clone(), (path, file, meta.len()));
+        }
+        Ok(Packs { files })
+    }
+
+    fn read(&self, name: &str, offset: u64, size: u64) -> Result<Vec<u8>, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let (path, file, len) = &self.files[name];
+        if offset.checked_add(size).is_none_or(|end| end > *len) {
+            return Err(StoreError::Backup(format!(
+                "{} holds {len} bytes, the manifest places a copy at {offset}..{offset}+{size}: the backup is damaged; nothing was restored",
+                path.display()
+            )));
+        }
+        let mut buf = vec![0u8; size as usize];
+        file.read_exact_at(&mut buf, offset)
+            .map_err(|e| StoreError::io(path, e))?;
+        Ok(buf)
+    }
 }
 
 /// What one file's rollback did.
@@ -344,15 +463,28 @@ pub struct RollbackReport {
 /// and what to do.
 fn check_entry(
     dir: &Path,
+    packs: &Packs,
     entry: &ManifestEntry,
     accept_unknown_new: bool,
 ) -> Result<(Vec<u8>, RollbackAction), StoreError> {
     let copy_path = dir.join(&entry.backup_file);
-    let (copy, _) = atomic::read_regular_nofollow(&copy_path)?;
-    if sha256_hex(&copy) != entry.sha256_original {
+    let (copy, what) = match entry.offset {
+        None => (
+            atomic::read_regular_nofollow(&copy_path)?.0,
+            format!("backup copy {}", copy_path.display()),
+        ),
+        Some(offset) => (
+            packs.read(&entry.backup_file, offset, entry.size)?,
+            format!(
+                "backup copy of {} in {} at offset {offset}",
+                entry.path.display(),
+                copy_path.display()
+            ),
+        ),
+    };
+    if copy.len() as u64 != entry.size || sha256_hex(&copy) != entry.sha256_original {
         return Err(StoreError::Backup(format!(
-            "backup copy {} does not match its recorded sha256: the backup is damaged; nothing was restored",
-            copy_path.display()
+            "{what} does not match its recorded size and sha256: the backup is damaged; nothing was restored"
         )));
     }
     let current = match atomic::read_regular_nofollow(&entry.path) {
@@ -395,13 +527,14 @@ fn check_entry(
 /// the rollback again finishes it.
 pub fn rollback(dir: &Path, accept_unknown_new: bool) -> Result<RollbackReport, StoreError> {
     let manifest = read_manifest(dir)?;
+    let packs = Packs::open(dir, &manifest)?;
     // Check every entry (in parallel: thousands of files are read and hashed), then report
     // the first problem in manifest order, as a one-by-one check would.
     let checked: Vec<Result<(Vec<u8>, RollbackAction), StoreError>> = atomic::on_io_threads(|| {
         manifest
             .entries
             .par_iter()
-            .map(|entry| check_entry(dir, entry, accept_unknown_new))
+            .map(|entry| check_entry(dir, &packs, entry, accept_unknown_new))
             .collect()
     });
     let mut plan = Vec::with_capacity(checked.len());
@@ -523,6 +656,151 @@ mod tests {
             "{err}"
         );
         assert_eq!(fs::read(&f).unwrap(), b"someone else", "nothing restored");
+    }
+
+    /// A store of `n` small files, backed up with `save_many` and then patched.
+    fn packed(n: usize) -> (tempfile::TempDir, PathBuf, Vec<(PathBuf, Vec<u8>, Vec<u8>)>) {
+        let store = tempfile::tempdir().unwrap();
+        let files: Vec<(PathBuf, Vec<u8>, Vec<u8>)> = (0..n)
+            .map(|i| {
+                let f = store.path().join(format!("c{i}.json"));
+                // sizes 0.. so that empty copies and neighbours sharing bytes are covered
+                let original = format!("{{\"i\":{i}}}").repeat(i % 5).into_bytes();
+                fs::write(&f, &original).unwrap();
+                (f, original, format!("patched {i}").into_bytes())
+            })
+            .collect();
+        let bpath = store.path().join("backup");
+        let mut b = Backup::create(&bpath, "docker", store.path()).unwrap();
+        let metas: Vec<FileMeta> = files.iter().map(|(f, ..)| meta_of(f)).collect();
+        let items: Vec<SaveItem> = files
+            .iter()
+            .zip(&metas)
+            .map(|((f, o, n), m)| SaveItem {
+                path: f,
+                original: o,
+                meta: *m,
+                new: Some(n),
+            })
+            .collect();
+        b.save_many(&items).unwrap();
+        b.commit().unwrap();
+        for (f, _, new) in &files {
+            atomic::replace_file(f, new, meta_of(f)).unwrap();
+        }
+        b.finish().unwrap();
+        (store, bpath, files)
+    }
+
+    fn pack_of(bpath: &Path) -> PathBuf {
+        let m = read_manifest(bpath).unwrap();
+        assert!(m.entries.iter().all(|e| e.offset.is_some()));
+        bpath.join(&m.entries[0].backup_file)
+    }
+
+    #[test]
+    fn many_copies_share_one_pack_and_restore_exactly() {
+        let (_s, bpath, files) = packed(50);
+        let names: Vec<String> = fs::read_dir(&bpath)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "one pack and the manifest: {names:?}");
+        let pack = pack_of(&bpath);
+        assert_eq!(
+            fs::metadata(&pack).unwrap().mode() & 0o777,
+            0o600,
+            "pack is 0600"
+        );
+        let total: usize = files.iter().map(|f| f.1.len()).sum();
+        assert_eq!(fs::metadata(&pack).unwrap().len() as usize, total);
+        let r = rollback(&bpath, false).unwrap();
+        assert!(r.files.iter().all(|f| f.1 == RollbackAction::Restored));
+        for (f, original, _) in &files {
+            assert_eq!(&fs::read(f).unwrap(), original, "{} restored", f.display());
+        }
+        let again = rollback(&bpath, false).unwrap();
+        assert!(
+            again
+                .files
+                .iter()
+                .all(|f| f.1 == RollbackAction::AlreadyOriginal),
+            "rollback is idempotent"
+        );
+    }
+
+    fn assert_refused_untouched(bpath: &Path, files: &[(PathBuf, Vec<u8>, Vec<u8>)], want: &str) {
+        let e = rollback(bpath, false).unwrap_err().to_string();
+        assert!(e.contains(want), "error {e:?} should say {want:?}");
+        for (f, _, new) in files {
+            assert_eq!(&fs::read(f).unwrap(), new, "nothing restored: {e}");
+        }
+    }
+
+    #[test]
+    fn damaged_truncated_or_symlinked_pack_restores_nothing() {
+        let (_s, bpath, files) = packed(20);
+        let pack = pack_of(&bpath);
+        let good = fs::read(&pack).unwrap();
+
+        let mut flipped = good.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0x20;
+        fs::write(&pack, &flipped).unwrap();
+        assert_refused_untouched(&bpath, &files, "the backup is damaged");
+
+        fs::write(&pack, &good[..good.len() - 1]).unwrap();
+        assert_refused_untouched(&bpath, &files, "the backup is damaged");
+
+        let elsewhere = bpath.parent().unwrap().join("elsewhere.pack");
+        fs::write(&elsewhere, &good).unwrap();
+        fs::remove_file(&pack).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &pack).unwrap();
+        assert_refused_untouched(&bpath, &files, "symbolic link");
+
+        fs::remove_file(&pack).unwrap();
+        fs::write(&pack, &good).unwrap();
+        assert_eq!(rollback(&bpath, false).unwrap().files.len(), files.len());
+    }
+
+    #[test]
+    fn manifest_naming_a_file_outside_the_backup_is_refused() {
+        let (_s, bpath, files) = packed(3);
+        let mpath = bpath.join(MANIFEST_NAME);
+        let mut m: serde_json::Value = serde_json::from_slice(&fs::read(&mpath).unwrap()).unwrap();
+        m["entries"][1]["backup_file"] = "../elsewhere.pack".into();
+        fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
+        assert_refused_untouched(&bpath, &files, "not a plain name");
+    }
+
+    #[test]
+    fn format_1_backups_one_file_per_copy_still_roll_back() {
+        let store = tempfile::tempdir().unwrap();
+        let f = store.path().join("a.json");
+        fs::write(&f, b"original").unwrap();
+        let bpath = store.path().join("backup");
+        let mut b = Backup::create(&bpath, "docker", store.path()).unwrap();
+        b.save(&f, b"original", meta_of(&f), Some(sha256_hex(b"patched")))
+            .unwrap();
+        b.commit().unwrap();
+        atomic::replace_file(&f, b"patched", meta_of(&f)).unwrap();
+        b.finish().unwrap();
+        let mpath = bpath.join(MANIFEST_NAME);
+        let mut m: serde_json::Value = serde_json::from_slice(&fs::read(&mpath).unwrap()).unwrap();
+        assert_eq!(m["format"], 2);
+        assert!(
+            m["entries"][0].get("offset").is_none(),
+            "a single copy has no offset"
+        );
+        m["format"] = 1.into();
+        fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
+        rollback(&bpath, false).unwrap();
+        assert_eq!(fs::read(&f).unwrap(), b"original");
+
+        m["entries"][0]["offset"] = 0.into();
+        fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
+        let e = rollback(&bpath, false).unwrap_err().to_string();
+        assert!(e.contains("format 1"), "{e}");
     }
 
     #[test]
