@@ -658,10 +658,13 @@ mod tests {
         assert_eq!(fs::read(&f).unwrap(), b"someone else", "nothing restored");
     }
 
+    /// (path, original bytes, patched bytes)
+    type StoreFile = (PathBuf, Vec<u8>, Vec<u8>);
+
     /// A store of `n` small files, backed up with `save_many` and then patched.
-    fn packed(n: usize) -> (tempfile::TempDir, PathBuf, Vec<(PathBuf, Vec<u8>, Vec<u8>)>) {
+    fn packed(n: usize) -> (tempfile::TempDir, PathBuf, Vec<StoreFile>) {
         let store = tempfile::tempdir().unwrap();
-        let files: Vec<(PathBuf, Vec<u8>, Vec<u8>)> = (0..n)
+        let files: Vec<StoreFile> = (0..n)
             .map(|i| {
                 let f = store.path().join(format!("c{i}.json"));
                 // sizes 0.. so that empty copies and neighbours sharing bytes are covered
