@@ -601,18 +601,24 @@ mod tests {
         FileMeta::of(&fs::metadata(p).unwrap())
     }
 
-    #[test]
-    fn backup_then_rollback_restores_bytes_and_mode() {
+    /// A store of one file `a.json` ("original", `mode`), backed up with `save` into
+    /// `<store>/backup` and committed: (store, file, backup dir, backup).
+    fn single(mode: u32) -> (tempfile::TempDir, PathBuf, PathBuf, Backup) {
         let store = tempfile::tempdir().unwrap();
         let f = store.path().join("a.json");
         fs::write(&f, b"original").unwrap();
-        fs::set_permissions(&f, fs::Permissions::from_mode(0o640)).unwrap();
-        let bdir = tempfile::tempdir().unwrap();
-        let bpath = bdir.path().join("b");
+        fs::set_permissions(&f, fs::Permissions::from_mode(mode)).unwrap();
+        let bpath = store.path().join("backup");
         let mut b = Backup::create(&bpath, "docker", store.path()).unwrap();
         b.save(&f, b"original", meta_of(&f), Some(sha256_hex(b"patched")))
             .unwrap();
         b.commit().unwrap();
+        (store, f, bpath, b)
+    }
+
+    #[test]
+    fn backup_then_rollback_restores_bytes_and_mode() {
+        let (_store, f, bpath, mut b) = single(0o640);
         assert_eq!(
             fs::metadata(&bpath).unwrap().mode() & 0o777,
             0o700,
@@ -641,14 +647,7 @@ mod tests {
 
     #[test]
     fn rollback_refuses_a_file_changed_since() {
-        let store = tempfile::tempdir().unwrap();
-        let f = store.path().join("a.json");
-        fs::write(&f, b"original").unwrap();
-        let bpath = store.path().join("backup");
-        let mut b = Backup::create(&bpath, "docker", store.path()).unwrap();
-        b.save(&f, b"original", meta_of(&f), Some(sha256_hex(b"patched")))
-            .unwrap();
-        b.commit().unwrap();
+        let (_store, f, bpath, _b) = single(0o644);
         fs::write(&f, b"someone else").unwrap();
         let err = rollback(&bpath, false).unwrap_err();
         assert!(
@@ -778,14 +777,7 @@ mod tests {
 
     #[test]
     fn format_1_backups_one_file_per_copy_still_roll_back() {
-        let store = tempfile::tempdir().unwrap();
-        let f = store.path().join("a.json");
-        fs::write(&f, b"original").unwrap();
-        let bpath = store.path().join("backup");
-        let mut b = Backup::create(&bpath, "docker", store.path()).unwrap();
-        b.save(&f, b"original", meta_of(&f), Some(sha256_hex(b"patched")))
-            .unwrap();
-        b.commit().unwrap();
+        let (_store, f, bpath, mut b) = single(0o644);
         atomic::replace_file(&f, b"patched", meta_of(&f)).unwrap();
         b.finish().unwrap();
         let mpath = bpath.join(MANIFEST_NAME);
