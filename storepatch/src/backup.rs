@@ -3,10 +3,12 @@
 //! A backup directory holds a copy of every file a patch is about to replace and
 //! `manifest.json`: per file its absolute path, mode, owner, size, the sha256 of the original
 //! bytes and (once known) of the new bytes, and where its copy lies. Many small files (Docker's
-//! and CRI-O's `config.json`s) are copied into one pack file, each at a recorded offset:
+//! `config.v2.json`, CRI-O's `config.json`) are copied into one pack file, each at a recorded
+//! offset:
 //! creating thousands of copies in one directory costs more than the whole patch (every
-//! create takes the directory's lock and allocates an inode), a pack is one sequential write. The manifest is written, and the copies made
-//! durable, before the store is touched, so a crash at any point leaves a usable backup.
+//! create takes the directory's lock and allocates an inode), a pack is one sequential write.
+//! The manifest is written, and the copies made durable, before the store is touched, so a
+//! crash at any point leaves a usable backup.
 //!
 //! Rollback trusts nothing: it checks every backup copy against its recorded sha256 and every
 //! current file against the two sides of the manifest before it restores anything, and then
