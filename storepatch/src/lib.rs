@@ -20,6 +20,7 @@ pub mod crio;
 pub mod docker;
 pub mod error;
 pub mod fault;
+pub mod jsonspan;
 pub mod live;
 
 pub use error::StoreError;

@@ -6,6 +6,7 @@
 //! is surgical: only the bytes of the chosen annotation *values* change, plus the varint
 //! length of the `Any`'s value field when the JSON length changes; every other byte stays.
 
+use crate::jsonspan;
 use serde_json::Value;
 use std::ops::Range;
 
@@ -175,16 +176,14 @@ pub fn decode(raw: &[u8], type_url: &str) -> Result<(Decoded, Value), String> {
 }
 
 pub fn decode_json(json: &[u8]) -> Result<(Decoded, Value), String> {
-    // Go matches struct fields case-insensitively; a document with near-duplicate field names
-    // would not mean what we read, so refuse it.
     let doc: Value =
         serde_json::from_slice(json).map_err(|e| format!("JSON does not decode: {e}"))?;
-    spans(json, &[])?;
+    annotations(json)?;
     decode_doc(doc)
 }
 
-/// [`decode_json`] without the duplicate-field scan (for a caller that runs [`spans`] on the
-/// same bytes anyway, as [`rewrite_json`] does).
+/// [`decode_json`] without the field scan (for a caller that scans the same bytes anyway, as
+/// [`rewrite_json`] does).
 pub fn decode_json_unscanned(json: &[u8]) -> Result<(Decoded, Value), String> {
     let doc: Value =
         serde_json::from_slice(json).map_err(|e| format!("JSON does not decode: {e}"))?;
@@ -242,254 +241,37 @@ fn decode_doc(doc: Value) -> Result<(Decoded, Value), String> {
     Ok((d, doc))
 }
 
-// ---- a minimal JSON scanner that reports byte spans ----
-
-struct Scan<'a> {
-    b: &'a [u8],
-    i: usize,
-    depth: usize,
-}
-
-impl<'a> Scan<'a> {
-    fn ws(&mut self) {
-        while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
-            self.i += 1;
+/// The `Metadata.Config.annotations` object of a metadata document; `Ok(None)` when a field on
+/// that path is absent or null. Refuses a document whose path (or `Version`) Go would read
+/// differently from serde_json (the CRI plugin matches struct fields case-insensitively and
+/// merges repeated objects, see [`crate::jsonspan`]), and annotations the CRI plugin cannot
+/// decode (a member that is not a string, duplicates included).
+fn annotations(json: &[u8]) -> Result<Option<jsonspan::Object<'_>>, String> {
+    let scan = || {
+        let root = jsonspan::root(json)?;
+        root.field("Version")?;
+        let ann = root.path(&["Metadata", "Config", "annotations"])?;
+        if let Some(ann) = &ann {
+            ann.check_string_map()?;
         }
-    }
-    fn err<T>(&self, what: &str) -> Result<T, String> {
-        Err(format!("JSON: {what} at byte {}", self.i))
-    }
-    fn skip_string(&mut self) -> Result<(), String> {
-        if self.b.get(self.i) != Some(&b'"') {
-            return self.err("expected a string");
-        }
-        self.i += 1;
-        while self.i < self.b.len() {
-            match self.b[self.i] {
-                b'"' => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                b'\\' => self.i += 2,
-                _ => self.i += 1,
-            }
-        }
-        self.err("unterminated string")
-    }
-    fn string(&mut self) -> Result<String, String> {
-        let start = self.i;
-        self.skip_string()?;
-        let raw = &self.b[start + 1..self.i - 1];
-        if !raw.contains(&b'\\') {
-            if let Ok(s) = std::str::from_utf8(raw) {
-                return Ok(s.to_string());
-            }
-        }
-        serde_json::from_slice::<String>(&self.b[start..self.i])
-            .map_err(|e| format!("JSON: bad string at byte {start}: {e}"))
-    }
-    fn value(&mut self) -> Result<Range<usize>, String> {
-        self.ws();
-        let start = self.i;
-        match self.b.get(self.i) {
-            Some(b'"') => {
-                self.skip_string()?;
-            }
-            Some(b'{') | Some(b'[') => {
-                self.depth += 1;
-                if self.depth > 512 {
-                    return self.err("nesting too deep");
-                }
-                let close = if self.b[self.i] == b'{' { b'}' } else { b']' };
-                let obj = close == b'}';
-                self.i += 1;
-                self.ws();
-                if self.b.get(self.i) == Some(&close) {
-                    self.i += 1;
-                } else {
-                    loop {
-                        if obj {
-                            self.ws();
-                            self.skip_string()?;
-                            self.ws();
-                            if self.b.get(self.i) != Some(&b':') {
-                                return self.err("expected ':'");
-                            }
-                            self.i += 1;
-                        }
-                        self.value()?;
-                        self.ws();
-                        match self.b.get(self.i) {
-                            Some(b',') => self.i += 1,
-                            Some(c) if *c == close => {
-                                self.i += 1;
-                                break;
-                            }
-                            _ => return self.err("expected ',' or a closing bracket"),
-                        }
-                    }
-                }
-                self.depth -= 1;
-            }
-            Some(_) => {
-                while self.i < self.b.len()
-                    && !matches!(
-                        self.b[self.i],
-                        b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'
-                    )
-                {
-                    self.i += 1;
-                }
-                if self.i == start {
-                    return self.err("expected a value");
-                }
-            }
-            None => return self.err("unexpected end"),
-        }
-        Ok(start..self.i)
-    }
-    /// Members of the object at the cursor: (key, key span, value span).
-    fn members(&mut self) -> Result<Vec<(String, Range<usize>)>, String> {
-        self.ws();
-        if self.b.get(self.i) != Some(&b'{') {
-            return self.err("expected an object");
-        }
-        self.i += 1;
-        let mut out = Vec::new();
-        self.ws();
-        if self.b.get(self.i) == Some(&b'}') {
-            self.i += 1;
-            return Ok(out);
-        }
-        loop {
-            self.ws();
-            let k = self.string()?;
-            self.ws();
-            if self.b.get(self.i) != Some(&b':') {
-                return self.err("expected ':'");
-            }
-            self.i += 1;
-            let v = self.value()?;
-            out.push((k, v));
-            self.ws();
-            match self.b.get(self.i) {
-                Some(b',') => self.i += 1,
-                Some(b'}') => {
-                    self.i += 1;
-                    return Ok(out);
-                }
-                _ => return self.err("expected ',' or '}'"),
-            }
-        }
-    }
-}
-
-/// Members of a JSON object: (decoded key, byte span of the value).
-pub type Members = Vec<(String, Range<usize>)>;
-
-const STRUCT_PATH: [&str; 3] = ["Metadata", "Config", "annotations"];
-
-/// Walks `Metadata` → `Config` → `annotations` and returns, for the annotations object, each
-/// member's (key, value span). Refuses duplicate keys on the way (exact, and case-insensitive
-/// for the struct fields Go matches that way). `want` = annotation keys whose values must be
-/// strings. Returns `Ok(None)` when the path is absent.
-pub fn spans(json: &[u8], want: &[&str]) -> Result<Option<Members>, String> {
-    let mut range = 0..json.len();
-    for (level, name) in STRUCT_PATH.iter().enumerate() {
-        let mut s = Scan {
-            b: json,
-            i: range.start,
-            depth: 0,
-        };
-        let members = s.members()?;
-        if level == 0 {
-            s.ws();
-            if s.i != json.len() {
-                return s.err("trailing bytes after the document");
-            }
-        }
-        let hits: Vec<&(String, Range<usize>)> = members
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
-            .collect();
-        let struct_dups = |keys: &[&str]| -> Result<(), String> {
-            for key in keys {
-                let n = members
-                    .iter()
-                    .filter(|(k, _)| k.eq_ignore_ascii_case(key))
-                    .count();
-                if n > 1 {
-                    return Err(format!(
-                        "JSON: field {key:?} appears {n} times (case-insensitively)"
-                    ));
-                }
-            }
-            Ok(())
-        };
-        struct_dups(&[name, if level == 0 { "Version" } else { name }])?;
-        match hits.as_slice() {
-            [] => return Ok(None),
-            [(k, r)] => {
-                if k != name {
-                    return Err(format!("JSON: field {k:?} where {name:?} is expected"));
-                }
-                if json[r.start] == b'n' {
-                    return Ok(None);
-                }
-                range = r.clone();
-            }
-            _ => unreachable!("duplicates refused above"),
-        }
-    }
-    let mut s = Scan {
-        b: json,
-        i: range.start,
-        depth: 0,
+        Ok(ann)
     };
-    let members = s.members()?;
-    let mut seen = std::collections::BTreeSet::new();
-    for (k, r) in &members {
-        if !seen.insert(k.as_str()) {
-            return Err(format!("JSON: annotation {k:?} appears twice"));
-        }
-        if want.contains(&k.as_str()) && json[r.start] != b'"' {
-            return Err(format!("JSON: annotation {k:?} is not a string"));
-        }
-    }
-    Ok(Some(members))
+    scan().map_err(|e: jsonspan::SpanError| format!("JSON: {e}"))
 }
 
 /// Replaces the values of the annotations in `changes` (key → new value; each must already
 /// exist) inside the JSON, byte-surgically. New values must not need JSON escaping.
 pub fn rewrite_json(json: &[u8], changes: &[(&str, &str)]) -> Result<Vec<u8>, String> {
-    let keys: Vec<&str> = changes.iter().map(|(k, _)| *k).collect();
-    let members = spans(json, &keys)?.ok_or("no Metadata.Config.annotations in the metadata")?;
-    let mut edits: Vec<(Range<usize>, &str)> = Vec::new();
+    let ann = annotations(json)?.ok_or("no Metadata.Config.annotations in the metadata")?;
+    let mut edits = Vec::with_capacity(changes.len());
     for (k, v) in changes {
-        if v.bytes().any(|c| {
-            c < 0x20 || c == b'"' || c == b'\\' || c >= 0x7f || c == b'<' || c == b'>' || c == b'&'
-        }) {
-            return Err(format!("new value {v:?} would need JSON escaping"));
-        }
-        let r = members
-            .iter()
-            .find(|(mk, _)| mk == k)
-            .map(|(_, r)| r.clone())
+        let m = ann
+            .get_string(k)
+            .map_err(|e| format!("JSON: {e}"))?
             .ok_or_else(|| format!("annotation {k:?} is not present"))?;
-        edits.push((r, v));
+        edits.push(jsonspan::Edit::string(m.value.clone(), v).map_err(|e| e.to_string())?);
     }
-    edits.sort_by_key(|(r, _)| r.start);
-    let mut out = Vec::with_capacity(json.len() + 32);
-    let mut pos = 0;
-    for (r, v) in edits {
-        out.extend_from_slice(&json[pos..r.start]);
-        out.push(b'"');
-        out.extend_from_slice(v.as_bytes());
-        out.push(b'"');
-        pos = r.end;
-    }
-    out.extend_from_slice(&json[pos..]);
-    Ok(out)
+    jsonspan::splice(json, edits).map_err(|e| e.to_string())
 }
 
 /// Rewrites annotation values inside an encoded container extension and proves the result:

@@ -666,7 +666,7 @@ fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, Sto
             cri::CONTAINER_TYPE_URL
         )));
     }
-    // the duplicate-field scan runs in rewrite_json when there is something to change
+    // the field scan of decode_json runs in rewrite_json when there is something to change
     let (d, doc) = cri::decode_json_unscanned(&raw[layout.value.clone()]).map_err(bad)?;
     let mut changes: Vec<(&str, &str)> = Vec::new();
     match d.annotations.get(HASH_ANNOTATION) {

@@ -22,7 +22,7 @@
 //! `io.kubernetes.container.hash` and the one inside `io.kubernetes.cri-o.Annotations` (and
 //! `hashWithoutResources`, matched by key, where the record carries it and the rewrite gives a
 //! value), and the same in the runroot copy when it exists. Every other byte stays identical:
-//! the values are replaced in place at spans found by a JSON scanner ([`jsonspan`]).
+//! the values are replaced in place at spans found by [`crate::jsonspan`].
 //!
 //! Not written: `userdata/state.json` (CRI-O regenerates it from `runc state` at every start, so
 //! for running containers it gets the old values back whatever we do; nothing answers the CRI from
@@ -45,10 +45,9 @@
 //! accepts a connection, or when a pid file is configured and names a live process whose
 //! `comm` is `crio`.
 
-pub mod jsonspan;
-
 use crate::atomic::{self, FileMeta};
 use crate::backup::{self, Backup};
+use crate::jsonspan;
 use crate::{
     ApplyOutcome, RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreError,
     StoreRecord, HASH_ANNOTATION, HASH_WITHOUT_RESOURCES_ANNOTATION,
@@ -411,7 +410,10 @@ impl CrioStore {
             )));
         }
         let new_values = [Some(rw.hash.as_str()), rw.hash_without_resources.as_deref()];
-        let new_bytes = apply_edit(&bytes, edit, &new_values);
+        let new_bytes = apply_edit(&bytes, edit, &new_values).map_err(|e| StoreError::Verify {
+            location: location.clone(),
+            reason: e.to_string(),
+        })?;
         verify_edit(&a, &bytes, &new_bytes, &new_values, id, &location)?;
         Ok(PlannedFile {
             path: path.to_path_buf(),
@@ -723,8 +725,9 @@ fn analyse(id: &str, location: &str, bytes: &[u8]) -> Analysis {
         };
     }
 
-    // Spans. serde_json accepted the document, so the scanner fails only on what we refuse on
-    // purpose (duplicate keys, which Go and serde resolve silently).
+    // Spans. serde_json accepted the document, so the scanner fails only where CRI-O (Go)
+    // would read it differently: a repeated or differently-cased `annotations` field, or a
+    // non-string duplicate of an annotation (see crate::jsonspan).
     let spans = match find_spans(bytes) {
         Ok(s) => s,
         Err(e) => return undecodable(id, location, e),
@@ -751,58 +754,49 @@ fn analyse(id: &str, location: &str, bytes: &[u8]) -> Analysis {
 }
 
 fn find_spans(bytes: &[u8]) -> Result<EditSpans, String> {
-    let root = jsonspan::root_members(bytes).map_err(|e| format!("config.json: {e}"))?;
-    let ann = jsonspan::find_unique(&root, "annotations")?
+    let ann = jsonspan::root(bytes)
+        .and_then(|root| root.object_field("annotations"))
+        .map_err(|e| format!("config.json: {e}"))?
         .ok_or_else(|| "config.json has no annotations".to_string())?;
-    let members = jsonspan::object_members(bytes, ann.value.start)
-        .map_err(|e| format!("annotations: {e}"))?;
-    let mut plain: [Option<Range<usize>>; 2] = [None, None];
-    for (i, key) in HASH_KEYS.iter().enumerate() {
-        if let Some(m) = jsonspan::find_unique(&members, key)? {
-            if m.first != b'"' {
-                return Err(format!("top-level {key} is not a string"));
-            }
-            plain[i] = Some(m.value.clone());
-        }
-    }
-    let emb = jsonspan::find_unique(&members, CRIO_ANNOTATIONS)?
-        .ok_or_else(|| format!("no {CRIO_ANNOTATIONS}"))?;
-    let decoded = jsonspan::decode_string(bytes, emb.value.start)
+    let plain_value = |key: &str| -> Result<Option<Range<usize>>, String> {
+        let m = ann
+            .get_string(key)
+            .map_err(|e| format!("annotations: {e}"))?;
+        Ok(m.map(|m| m.value.clone()))
+    };
+    let plain = [plain_value(HASH_KEYS[0])?, plain_value(HASH_KEYS[1])?];
+    let emb = plain_value(CRIO_ANNOTATIONS)?.ok_or_else(|| format!("no {CRIO_ANNOTATIONS}"))?;
+    let decoded = jsonspan::decode_string(bytes, emb.start)
         .map_err(|e| format!("{CRIO_ANNOTATIONS}: {e}"))?;
-    let inner_members = jsonspan::root_members(decoded.text.as_bytes())
-        .map_err(|e| format!("{CRIO_ANNOTATIONS} content: {e}"))?;
-    let mut inner: [Option<Range<usize>>; 2] = [None, None];
-    for (i, key) in HASH_KEYS.iter().enumerate() {
-        if let Some(m) = jsonspan::find_unique(&inner_members, key)
-            .map_err(|e| format!("inside {CRIO_ANNOTATIONS}: {e}"))?
-        {
-            if m.first != b'"' {
-                return Err(format!("{key} inside {CRIO_ANNOTATIONS} is not a string"));
-            }
-            inner[i] = Some(decoded.raw_at[m.value.start]..decoded.raw_at[m.value.end]);
-        }
-    }
+    let inner_doc = jsonspan::root(decoded.text.as_bytes())
+        .map_err(|e| format!("{CRIO_ANNOTATIONS} content: {}", decoded.raw_error(e)))?;
+    let inner_value = |key: &str| -> Result<Option<Range<usize>>, String> {
+        let m = inner_doc
+            .get_string(key)
+            .map_err(|e| format!("inside {CRIO_ANNOTATIONS}: {}", decoded.raw_error(e)))?;
+        Ok(m.map(|m| decoded.raw_span(&m.value)))
+    };
+    let inner = [inner_value(HASH_KEYS[0])?, inner_value(HASH_KEYS[1])?];
     Ok(EditSpans { plain, inner })
 }
 
 /// Replaces the spans' values with `new_values` (per [`HASH_KEYS`]; `None` keeps a value).
-fn apply_edit(bytes: &[u8], spans: &EditSpans, new_values: &[Option<&str>; 2]) -> Vec<u8> {
-    let mut edits: Vec<(Range<usize>, String)> = Vec::new();
+fn apply_edit(
+    bytes: &[u8],
+    spans: &EditSpans,
+    new_values: &[Option<&str>; 2],
+) -> Result<Vec<u8>, jsonspan::SpanError> {
+    let mut edits = Vec::new();
     for (i, v) in new_values.iter().enumerate() {
         let Some(v) = v else { continue };
         if let Some(r) = &spans.plain[i] {
-            edits.push((r.clone(), format!("\"{v}\"")));
+            edits.push(jsonspan::Edit::string(r.clone(), v)?);
         }
         if let Some(r) = &spans.inner[i] {
-            edits.push((r.clone(), format!("\\\"{v}\\\"")));
+            edits.push(jsonspan::Edit::embedded_string(r.clone(), v)?);
         }
     }
-    edits.sort_by_key(|(r, _)| std::cmp::Reverse(r.start));
-    let mut out = bytes.to_vec();
-    for (r, s) in edits {
-        out.splice(r, s.into_bytes());
-    }
-    out
+    jsonspan::splice(bytes, edits)
 }
 
 /// Proves `new` is `original` with only the hash values changed: both the file and its embedded
@@ -1118,7 +1112,7 @@ mod tests {
         assert_eq!(a.record.hash.as_deref(), Some("aa"));
         assert_eq!(a.record.attempt, Some(2));
         let vals = [Some("bbbb"), None];
-        let new = apply_edit(DOC.as_bytes(), a.edit.as_ref().unwrap(), &vals);
+        let new = apply_edit(DOC.as_bytes(), a.edit.as_ref().unwrap(), &vals).unwrap();
         verify_edit(&a, DOC.as_bytes(), &new, &vals, "id", "mem").unwrap();
         let text = String::from_utf8(new).unwrap();
         let expect = DOC
@@ -1142,7 +1136,7 @@ mod tests {
             "{e}"
         );
         // Change another value as well.
-        let other = apply_edit(DOC.as_bytes(), a.edit.as_ref().unwrap(), &vals);
+        let other = apply_edit(DOC.as_bytes(), a.edit.as_ref().unwrap(), &vals).unwrap();
         let other = String::from_utf8(other)
             .unwrap()
             .replacen("1.2.0", "1.2.1", 1);
@@ -1151,15 +1145,45 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_keys_are_undecodable() {
+    fn a_duplicate_annotation_reads_and_edits_as_its_last_occurrence() {
+        // Go's map decoding (and serde_json) keep the last of duplicate keys: that is the value
+        // to classify and to edit; the earlier one stays as it is.
         let dup = DOC.replacen(
             "\t\t\"io.kubernetes.container.name\": \"c\",\n",
             "\t\t\"io.kubernetes.container.hash\": \"cc\",\n\t\t\"io.kubernetes.container.name\": \"c\",\n",
             1,
         );
         let a = analyse("id", "mem", dup.as_bytes());
+        assert_eq!(a.record.kind, RecordKind::Container);
+        assert!(a.record.problem.as_ref().unwrap().contains("is cc but"));
+        let vals = [Some("bbbb"), None];
+        let new = apply_edit(dup.as_bytes(), a.edit.as_ref().unwrap(), &vals).unwrap();
+        verify_edit(&a, dup.as_bytes(), &new, &vals, "id", "mem").unwrap();
+        let expect = dup
+            .replacen("hash\": \"cc\"", "hash\": \"bbbb\"", 1)
+            .replacen("hash\\\":\\\"aa\\\"", "hash\\\":\\\"bbbb\\\"", 1);
+        assert_eq!(String::from_utf8(new).unwrap(), expect);
+        assert!(
+            expect.contains("hash\": \"aa\""),
+            "the first duplicate is kept"
+        );
+    }
+
+    #[test]
+    fn a_repeated_annotations_field_is_undecodable() {
+        // Go merges both objects into the spec's one annotations map; serde_json keeps the last.
+        let dup = DOC.replacen(
+            "\t\"ociVersion\"",
+            "\t\"Annotations\": {},\n\t\"ociVersion\"",
+            1,
+        );
+        let a = analyse("id", "mem", dup.as_bytes());
         assert_eq!(a.record.kind, RecordKind::Undecodable);
-        assert!(a.record.problem.unwrap().contains("more than once"));
+        let problem = a.record.problem.unwrap();
+        assert!(
+            problem.contains("\"annotations\" appears 2 times"),
+            "{problem}"
+        );
     }
 
     #[test]

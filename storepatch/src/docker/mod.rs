@@ -9,13 +9,13 @@
 //! re-parsing the result and comparing it with the original document with that one value
 //! changed.
 
-pub mod jsonedit;
 pub mod running;
 
 pub use running::LiveRestore;
 
 use crate::atomic::{self, FileMeta};
 use crate::backup::{self, Backup};
+use crate::jsonspan;
 use crate::{
     ApplyOutcome, RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreError,
     StoreRecord,
@@ -490,19 +490,27 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
     if wanted.is_empty() {
         return Ok(original.to_vec());
     }
-    let keys: Vec<&str> = wanted.iter().map(|(k, _)| *k).collect();
-    let spans = jsonedit::find_label_values(original, &keys)
-        .map_err(|e| corrupt(format!("{e}; not rewritten")))?;
-    let mut edits = Vec::with_capacity(wanted.len());
-    for ((key, value), span) in wanted.iter().zip(spans) {
-        let span = span.ok_or_else(|| StoreError::Verify {
+    let scan_error = |e: jsonspan::SpanError| corrupt(format!("{e}; not rewritten"));
+    let labels_obj = jsonspan::object_path(original, &["Config", "Labels"])
+        .map_err(scan_error)?
+        .ok_or_else(|| StoreError::Verify {
             location: location.to_string(),
-            reason: format!("the byte scanner did not find label {key} that the parser saw"),
+            reason: "the byte scanner did not find the Config.Labels the parser saw".into(),
         })?;
-        let token = serde_json::to_vec(value).expect("a string always encodes");
-        edits.push((span, token));
+    let mut edits = Vec::with_capacity(wanted.len());
+    for (key, value) in &wanted {
+        let span = labels_obj
+            .get_string(key)
+            .map_err(scan_error)?
+            .ok_or_else(|| StoreError::Verify {
+                location: location.to_string(),
+                reason: format!("the byte scanner did not find label {key} that the parser saw"),
+            })?
+            .value
+            .clone();
+        edits.push(jsonspan::Edit::string(span, value).map_err(scan_error)?);
     }
-    let new = jsonedit::splice(original, &mut edits);
+    let new = jsonspan::splice(original, edits).map_err(scan_error)?;
     // Verify: the new bytes parse to the original document with just these values changed.
     let mut expected = doc;
     {
