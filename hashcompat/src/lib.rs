@@ -29,6 +29,7 @@ pub mod batch;
 pub mod gojson;
 pub mod quantity;
 pub mod schema;
+mod serde_impls;
 pub mod sink;
 pub mod spew;
 pub mod value;

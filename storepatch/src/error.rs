@@ -40,6 +40,10 @@ pub enum StoreError {
     #[error("backup: {0}")]
     Backup(String),
 
+    /// Asking a running runtime (`verify --live`) failed.
+    #[error("{0}")]
+    Live(String),
+
     /// Rollback found a file that matches neither the original nor the written bytes.
     #[error("rollback refused: {path} changed since the patch ({reason}); nothing was restored")]
     RollbackConflict { path: PathBuf, reason: String },

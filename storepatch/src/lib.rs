@@ -21,8 +21,11 @@ pub mod docker;
 pub mod error;
 pub mod fault;
 pub mod live;
+pub mod runtime;
 
 pub use error::StoreError;
+pub use hashcompat::Hash;
+pub use runtime::{LiveContainer, Runtime, StoreOptions};
 
 use serde::Serialize;
 use std::path::Path;
@@ -33,7 +36,7 @@ pub const HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
 pub const HASH_WITHOUT_RESOURCES_ANNOTATION: &str = "io.kubernetes.container.hashWithoutResources";
 
 /// Which container runtime owns a store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeKind {
     Docker,
@@ -123,8 +126,9 @@ pub struct ScanReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rewrite {
     pub id: String,
-    pub hash: String,
-    pub hash_without_resources: Option<String>,
+    /// The new `io.kubernetes.container.hash`; a [`Hash`] can only hold what a kubelet writes.
+    pub hash: Hash,
+    pub hash_without_resources: Option<Hash>,
 }
 
 /// What [`RuntimeStore::apply`] did.
@@ -149,6 +153,14 @@ pub trait RuntimeStore: Send + Sync {
     fn scan(&self) -> Result<ScanReport, StoreError>;
     /// `Err(StoreError::RuntimeRunning)` when the runtime owning this store runs now.
     fn ensure_stopped(&self) -> Result<(), StoreError>;
+    /// The runtime's API endpoint (`unix://…`) this store's running check probes: where
+    /// `verify --live` asks after the restart.
+    fn endpoint(&self) -> String;
+    /// Runtime-specific reasons not to patch at all, checked after [`RuntimeStore::ensure_stopped`]
+    /// and before any write (Docker: live-restore known off).
+    fn precheck(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Write `rewrites` (ids from [`RuntimeStore::scan`]), backing up into `backup` before the
     /// first write. Refuses while the runtime runs. Unknown ids are an error before any write.
     fn apply(

@@ -1,5 +1,5 @@
 //! containerd back-end: the CRI plugin's container extension inside
-//! `<root>/io.containerd.metadata.v1.bolt/meta.db` (containerd 1.1 – 2.x; research/stores.md
+//! `<root>/io.containerd.metadata.v1.bolt/meta.db` (containerd 1.1 – 2.x; docs/research/stores.md
 //! §1, §2, §5). The bolt file is read and written by our own small bolt engine ([`bolt`]; its
 //! module docs say why not bbolt-rs), which keeps whichever freelist layout it finds (synced,
 //! containerd ≤ 1.6; `NoFreelistSync`, 1.7 and 2.x).
@@ -18,6 +18,7 @@
 
 pub mod bolt;
 pub mod cri;
+pub mod runtime;
 
 use crate::atomic::FileMeta;
 use crate::backup::{sha256_hex, Backup};
@@ -228,13 +229,6 @@ fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found<'a>>, bolt::
         }
     }
     Ok(out)
-}
-
-fn valid_hash(h: &str) -> bool {
-    !h.is_empty()
-        && h.len() <= 16
-        && h.bytes()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 }
 
 impl ContainerdStore {
@@ -454,23 +448,7 @@ impl ContainerdStore {
     ) -> Result<(ApplyOutcome, ApplyStats), StoreError> {
         let mut st = ApplyStats::default();
         let t0 = Instant::now();
-        let mut seen = std::collections::HashSet::new();
-        for rw in rewrites {
-            if !seen.insert(rw.id.as_str()) {
-                return Err(StoreError::Refused(format!(
-                    "container {} is listed twice",
-                    rw.id
-                )));
-            }
-            for h in std::iter::once(&rw.hash).chain(rw.hash_without_resources.iter()) {
-                if !valid_hash(h) {
-                    return Err(StoreError::Refused(format!(
-                        "new hash {h:?} for container {} is not a kubelet hash (1-16 lowercase hex digits)",
-                        rw.id
-                    )));
-                }
-            }
-        }
+        crate::runtime::validate(rewrites)?;
         let file = Flocked(self.open_db_file(true)?);
         if !try_flock(&file, libc::LOCK_EX).map_err(|e| StoreError::io(&self.db_path, e))? {
             return Err(self.running(self.locked_evidence()));
@@ -668,6 +646,8 @@ fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, Sto
     }
     // the duplicate-field scan runs in rewrite_json when there is something to change
     let (d, doc) = cri::decode_json_unscanned(&raw[layout.value.clone()]).map_err(bad)?;
+    let new_hash = rw.hash.to_string();
+    let new_hwr = rw.hash_without_resources.map(|h| h.to_string());
     let mut changes: Vec<(&str, &str)> = Vec::new();
     match d.annotations.get(HASH_ANNOTATION) {
         None => {
@@ -676,11 +656,11 @@ fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, Sto
                 reason: format!("no {HASH_ANNOTATION} annotation to rewrite"),
             })
         }
-        Some(cur) if cur == &rw.hash => {}
-        Some(_) => changes.push((HASH_ANNOTATION, rw.hash.as_str())),
+        Some(cur) if *cur == new_hash => {}
+        Some(_) => changes.push((HASH_ANNOTATION, new_hash.as_str())),
     }
     if let (Some(new), Some(cur)) = (
-        &rw.hash_without_resources,
+        &new_hwr,
         d.annotations.get(HASH_WITHOUT_RESOURCES_ANNOTATION),
     ) {
         if cur != new {
@@ -769,6 +749,10 @@ impl RuntimeStore for ContainerdStore {
         }
         drop(file);
         self.check_socket()
+    }
+
+    fn endpoint(&self) -> String {
+        crate::runtime::unix_endpoint(&self.socket)
     }
 
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {

@@ -11,6 +11,7 @@
 
 pub mod jsonedit;
 pub mod running;
+pub mod runtime;
 
 pub use running::LiveRestore;
 
@@ -112,22 +113,6 @@ fn check_plain_id(id: &str) -> Result<(), StoreError> {
     {
         return Err(StoreError::UnknownRecord(format!(
             "{id:?} (not a container id: it would name a path outside containers/)"
-        )));
-    }
-    Ok(())
-}
-
-/// The kubelet writes hashes as lowercase hex (`strconv.FormatUint(h, 16)`); anything else
-/// would also need JSON escaping, so it is refused.
-fn check_hash_value(id: &str, what: &str, v: &str) -> Result<(), StoreError> {
-    if v.is_empty()
-        || v.len() > 16
-        || !v
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    {
-        return Err(StoreError::Refused(format!(
-            "rewrite of {id}: {what} {v:?} is not a kubelet hash (1-16 lowercase hex digits)"
         )));
     }
     Ok(())
@@ -369,10 +354,6 @@ impl DockerStore {
     /// already holds the requested values.
     fn plan_one(&self, containers: &Path, rw: &Rewrite) -> Result<Planned, StoreError> {
         check_plain_id(&rw.id)?;
-        check_hash_value(&rw.id, "hash", &rw.hash)?;
-        if let Some(h) = &rw.hash_without_resources {
-            check_hash_value(&rw.id, "hashWithoutResources", h)?;
-        }
         let path = Self::config_path(containers, &rw.id)?
             .ok_or_else(|| StoreError::UnknownRecord(rw.id.clone()))?;
         let location = path.display().to_string();
@@ -403,10 +384,8 @@ impl DockerStore {
 /// Returns the new bytes, equal to `original` when the labels already hold the values.
 /// `location` names the file in errors. Writes nothing; public for the fuzz targets.
 pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<u8>, StoreError> {
-    check_hash_value(&rw.id, "hash", &rw.hash)?;
-    if let Some(h) = &rw.hash_without_resources {
-        check_hash_value(&rw.id, "hashWithoutResources", h)?;
-    }
+    let new_hash = rw.hash.to_string();
+    let new_hwr = rw.hash_without_resources.map(|h| h.to_string());
     let corrupt = |reason: String| StoreError::Corrupt {
         location: location.to_string(),
         reason,
@@ -459,8 +438,8 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
         }
     let mut wanted: Vec<(&str, &str)> = Vec::new();
     match labels.get(HASH_LABEL) {
-        Some(serde_json::Value::String(old)) if *old != rw.hash => {
-            wanted.push((HASH_LABEL, &rw.hash));
+        Some(serde_json::Value::String(old)) if *old != new_hash => {
+            wanted.push((HASH_LABEL, &new_hash));
         }
         Some(serde_json::Value::String(_)) => {}
         Some(other) => {
@@ -471,7 +450,7 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
         }
         None => return Err(corrupt(format!("has no {HASH_LABEL} label; not rewritten"))),
     }
-    if let Some(new_hwr) = &rw.hash_without_resources {
+    if let Some(new_hwr) = &new_hwr {
         match labels.get(HASH_WITHOUT_RESOURCES_LABEL) {
             Some(serde_json::Value::String(old)) if old != new_hwr => {
                 wanted.push((HASH_WITHOUT_RESOURCES_LABEL, new_hwr));
@@ -603,24 +582,29 @@ impl RuntimeStore for DockerStore {
         }
     }
 
+    fn endpoint(&self) -> String {
+        crate::runtime::unix_endpoint(&self.opts.socket)
+    }
+
+    /// With live-restore *known* off (flag, running dockerd's command line or daemon.json),
+    /// stopping dockerd has already killed every container, and its restart recreates nothing
+    /// the kubelet would adopt: refuse rather than pretend to help. When it is only unknown,
+    /// the scan's loud warning stands and the patch goes on: the operator stopped dockerd
+    /// knowingly. The same [`DockerStore::live_restore`] feeds both, so plan and patch agree.
+    fn precheck(&self) -> Result<(), StoreError> {
+        match self.live_restore() {
+            LiveRestore::Off(src) => Err(StoreError::Refused(format!(
+                "dockerd live-restore is off ({src}); stopping dockerd kills every container, so there is nothing to keep. If dockerd does run with --live-restore, say so with the live-restore option (--live-restore true)"
+            ))),
+            LiveRestore::On(_) | LiveRestore::Unknown(_) => Ok(()),
+        }
+    }
+
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
         self.ensure_stopped()?;
         let containers = self.containers_dir()?;
-        // One rewrite per id; the same id twice with different values is a caller bug.
-        let mut by_id: HashMap<&str, &Rewrite> = HashMap::new();
-        let mut unique = Vec::with_capacity(rewrites.len());
-        for rw in rewrites {
-            match by_id.insert(rw.id.as_str(), rw) {
-                Some(prev) if prev != rw => {
-                    return Err(StoreError::Refused(format!(
-                        "two different rewrites for container {}",
-                        rw.id
-                    )))
-                }
-                Some(_) => {}
-                None => unique.push(rw),
-            }
-        }
+        crate::runtime::validate(rewrites)?;
+        let unique: Vec<&Rewrite> = rewrites.iter().collect();
         // Read, edit and verify everything before the first write.
         let plans: Vec<Result<Planned, StoreError>> = unique
             .par_iter()
