@@ -12,6 +12,47 @@
 //!   one bolt transaction), re-reads what it wrote, and is idempotent.
 //! * [`backup::rollback`] restores every original byte for byte, and refuses, naming the file,
 //!   when a file matches neither side of the manifest.
+//!
+//! What differs between runtimes beyond the format (names, default roots and sockets, how a
+//! root is recognised, the live client) is in [`runtime`]: callers hold a [`RuntimeKind`] and a
+//! `Box<dyn RuntimeStore>` and never match on the runtime themselves.
+//!
+//! ```
+//! use storepatch::{backup, Hash, Rewrite, RuntimeKind, StoreOptions};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A copy of the bundled real Docker 20.10 node (dockerd stopped, live-restore on).
+//! let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/nodes/docker-20.10");
+//! let tmp = tempfile::tempdir()?;
+//! assert!(std::process::Command::new("cp").arg("-a").arg(fixture).arg(tmp.path()).status()?.success());
+//! let root = tmp.path().join("docker-20.10/var/lib/docker");
+//!
+//! let (kind, root) = storepatch::runtime::locate(None, Some(&root))?;
+//! assert_eq!(kind, RuntimeKind::Docker, "a data-root with containers/ is Docker's");
+//! let options = StoreOptions {
+//!     socket: Some(tmp.path().join("no-dockerd.sock")),
+//!     pidfile: Some(tmp.path().join("no-dockerd.pid")),
+//!     live_restore: Some(true),
+//!     ..StoreOptions::default()
+//! };
+//! let store = kind.runtime().open(&root, &options)?;
+//!
+//! // Rewrite the first container's hash, with a backup first.
+//! let scan = store.scan()?;
+//! let c = scan.records.iter().find(|r| r.hash.is_some()).expect("a kubelet container");
+//! let rewrite = Rewrite { id: c.id.clone(), hash: Hash(0x1234abcd), hash_without_resources: None };
+//! let dir = tmp.path().join("backup");
+//! let mut bk = backup::Backup::create(&dir, kind.name(), &root)?;
+//! let done = store.apply(&[rewrite], &mut bk)?;
+//! assert_eq!(done.changed, vec![c.id.clone()]);
+//! let again = store.scan()?;
+//! assert!(again.records.iter().any(|r| r.id == c.id && r.hash.as_deref() == Some("1234abcd")));
+//!
+//! // Byte-exact rollback.
+//! backup::rollback(&dir, false)?;
+//! assert!(store.scan()?.records.iter().any(|r| r.id == c.id && r.hash == c.hash));
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod atomic;
 pub mod backup;
