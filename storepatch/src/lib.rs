@@ -80,12 +80,16 @@ pub const HASH_WITHOUT_RESOURCES_ANNOTATION: &str = "io.kubernetes.container.has
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeKind {
+    /// Docker (dockershim or cri-dockerd).
     Docker,
+    /// containerd with its CRI plugin.
     Containerd,
+    /// CRI-O.
     Crio,
 }
 
 impl RuntimeKind {
+    /// The canonical name (`docker`, `containerd`, `crio`), as reports and manifests write it.
     pub fn name(self) -> &'static str {
         match self {
             RuntimeKind::Docker => "docker",
@@ -114,16 +118,23 @@ pub enum RecordKind {
 pub struct StoreRecord {
     /// The runtime's container id.
     pub id: String,
+    /// What the record is.
     pub kind: RecordKind,
+    /// Pod namespace, from the kubelet's labels.
     pub namespace: Option<String>,
+    /// Pod name.
     pub pod: Option<String>,
+    /// Pod uid: what ties the record to a pod spec.
     pub pod_uid: Option<String>,
+    /// Container name.
     pub container: Option<String>,
+    /// The kubelet's restart attempt.
     pub attempt: Option<u32>,
     /// Stored `io.kubernetes.container.hash`, as the kubelet wrote it (lowercase hex).
     pub hash: Option<String>,
     /// Stored `io.kubernetes.container.hashWithoutResources`, when present.
     pub hash_without_resources: Option<String>,
+    /// The image reference the runtime recorded.
     pub image: Option<String>,
     /// The process id the runtime last recorded for the container, when it records one.
     pub pid: Option<u32>,
@@ -157,7 +168,9 @@ impl StoreRecord {
 /// Everything a scan found, plus store-level warnings (e.g. `live-restore` off).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ScanReport {
+    /// Every record, in the store's order.
     pub records: Vec<StoreRecord>,
+    /// Hazards of this store an operator must see.
     pub warnings: Vec<String>,
 }
 
@@ -166,9 +179,11 @@ pub struct ScanReport {
 /// `None` leaves it as it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rewrite {
+    /// The record's id, from [`RuntimeStore::scan`].
     pub id: String,
     /// The new `io.kubernetes.container.hash`; a [`Hash`] can only hold what a kubelet writes.
     pub hash: Hash,
+    /// The new `hashWithoutResources`, written only where the record already carries one.
     pub hash_without_resources: Option<Hash>,
 }
 
@@ -187,6 +202,7 @@ pub struct ApplyOutcome {
 
 /// One runtime's metadata store. Implementations must be usable from several threads.
 pub trait RuntimeStore: Send + Sync {
+    /// Which runtime owns the store.
     fn kind(&self) -> RuntimeKind;
     /// The store root as given (Docker data-root, containerd root, CRI-O graphroot).
     fn root(&self) -> &Path;

@@ -66,18 +66,31 @@ pub struct ContainerdStore {
 /// Timings and figures of one [`ContainerdStore::apply_detailed`].
 #[derive(Debug, Clone, Default)]
 pub struct ApplyStats {
+    /// CRI containers found in meta.db.
     pub containers_seen: usize,
+    /// Extension values rewritten.
     pub values_changed: usize,
+    /// Whether the file keeps its freelist on disk (containerd 1.6) or not (NoFreelistSync).
     pub freelist_synced: bool,
+    /// Transaction id of the meta page before the write.
     pub txid_before: u64,
+    /// Transaction id after it (one more).
     pub txid_after: u64,
+    /// Page high-water mark before.
     pub hwm_before: u64,
+    /// Page high-water mark after (grows only when no free page fits).
     pub hwm_after: u64,
+    /// Free pages the transaction reused.
     pub pages_reused: u64,
+    /// Pages added at the end of the file.
     pub pages_appended: u64,
+    /// Pages written in all.
     pub pages_written: u64,
+    /// Bytes written to meta.db.
     pub bytes_written: u64,
+    /// File length before.
     pub file_len_before: u64,
+    /// File length after.
     pub file_len_after: u64,
     /// open + consistency check + collect records.
     pub t_read: Duration,
@@ -237,6 +250,7 @@ impl ContainerdStore {
         Self::with_options(root, ContainerdOptions::default())
     }
 
+    /// A store under `root` with the given options; refuses a meta.db that is a symlink, not a regular file, or outside the root.
     pub fn with_options(root: &Path, options: ContainerdOptions) -> Result<Self, StoreError> {
         if !root.is_dir() {
             return Err(StoreError::RootMissing(root.to_path_buf()));

@@ -33,22 +33,30 @@ pub const HASH_LABEL: &str = "annotation.io.kubernetes.container.hash";
 /// The label holding `io.kubernetes.container.hashWithoutResources`.
 pub const HASH_WITHOUT_RESOURCES_LABEL: &str =
     "annotation.io.kubernetes.container.hashWithoutResources";
+/// The kubelet's restart count label.
 pub const RESTART_COUNT_LABEL: &str = "annotation.io.kubernetes.container.restartCount";
 /// `podsandbox` or `container`, set by dockershim and cri-dockerd on everything they create.
 pub const DOCKER_TYPE_LABEL: &str = "io.kubernetes.docker.type";
+/// Pod name label (dockershim / cri-dockerd).
 pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+/// Pod namespace label.
 pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// Pod uid label.
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// Container name label.
 pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+/// dockerd's per-container config, which holds the labels.
 pub const CONFIG_FILE: &str = "config.v2.json";
 
 /// Where dockerd keeps its pidfile, socket and configuration, and what its flags say about
 /// `live-restore`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DockerOptions {
+    /// dockerd's pid file (running check; its command line tells live-restore).
     pub pidfile: PathBuf,
     /// The API socket (`-H unix://…`).
     pub socket: PathBuf,
+    /// dockerd's configuration file.
     pub daemon_json: PathBuf,
     /// `--live-restore` as given on dockerd's command line; overrides daemon.json.
     pub live_restore: Option<bool>,
@@ -142,6 +150,7 @@ impl DockerStore {
         Self::with_options(data_root, DockerOptions::default())
     }
 
+    /// A store at `data_root` with the given dockerd locations.
     pub fn with_options(data_root: &Path, opts: DockerOptions) -> Result<Self, StoreError> {
         let real_root = match fs::canonicalize(data_root) {
             Ok(p) if p.is_dir() => p,
@@ -158,6 +167,7 @@ impl DockerStore {
         })
     }
 
+    /// The dockerd locations this store checks.
     pub fn options(&self) -> &DockerOptions {
         &self.opts
     }

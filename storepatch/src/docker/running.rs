@@ -62,6 +62,7 @@ pub enum LiveRestore {
 }
 
 impl LiveRestore {
+    /// Whether live-restore is known to be on.
     pub fn is_on(&self) -> bool {
         matches!(self, LiveRestore::On(_))
     }
