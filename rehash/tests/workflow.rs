@@ -302,3 +302,79 @@ fn errors_carry_the_class_a_caller_acts_on() {
     .unwrap_err();
     assert!(matches!(e, Error::PlanMismatch { .. }), "{e}");
 }
+
+/// A store whose every scan after the first returns the first one: what a store that silently
+/// dropped its writes would show. The read-back must catch it, and the error must still carry
+/// the report (so `--report` is written) and name the backup.
+struct StaleScans<'s> {
+    inner: &'s dyn storepatch::RuntimeStore,
+    first: std::sync::Mutex<Option<storepatch::ScanReport>>,
+}
+
+impl storepatch::RuntimeStore for StaleScans<'_> {
+    fn kind(&self) -> RuntimeKind {
+        self.inner.kind()
+    }
+    fn root(&self) -> &Path {
+        self.inner.root()
+    }
+    fn scan(&self) -> Result<storepatch::ScanReport, storepatch::StoreError> {
+        let mut first = self.first.lock().unwrap();
+        if first.is_none() {
+            *first = Some(self.inner.scan()?);
+        }
+        Ok(first.clone().unwrap())
+    }
+    fn ensure_stopped(&self) -> Result<(), storepatch::StoreError> {
+        self.inner.ensure_stopped()
+    }
+    fn endpoint(&self) -> String {
+        self.inner.endpoint()
+    }
+    fn apply(
+        &self,
+        rewrites: &[storepatch::Rewrite],
+        backup: &mut storepatch::backup::Backup,
+    ) -> Result<storepatch::ApplyOutcome, storepatch::StoreError> {
+        self.inner.apply(rewrites, backup)
+    }
+}
+
+#[test]
+fn a_failed_read_back_is_a_failure_that_still_carries_the_report() {
+    let n = node("containerd-1.7");
+    let pods = std::fs::read(n.dir.join("pods.json")).unwrap();
+    let real = n.location.open().unwrap();
+    let store = StaleScans {
+        inner: real.as_ref(),
+        first: std::sync::Mutex::new(None),
+    };
+    let plan = Plan::build(&pods, &store, From::Auto, "1.31".parse().unwrap()).unwrap();
+    let backup = BackupOptions {
+        dir: n.tmp.path().join("backup"),
+    };
+    let e = rehash::patch(&plan, &store, &backup, &rehash::Silent).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::Failure, "{e}");
+    let Error::ReadBack {
+        ids,
+        backup_dir,
+        report,
+    } = e
+    else {
+        panic!("a read-back error, not {e}")
+    };
+    assert_eq!(ids.len(), plan.rewrites().len(), "every rewrite is named");
+    assert_eq!(backup_dir, backup.dir);
+    assert_eq!(report.stage, Stage::Patch);
+    assert_eq!(
+        report.backup_dir.as_deref(),
+        Some(backup.dir.to_str().unwrap()),
+        "the carried report names the backup"
+    );
+    let stored = Plan::from_json(&std::fs::read(backup.dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(
+        &stored,
+        report.as_ref(),
+        "report.json is written before the error"
+    );
+}
