@@ -1,14 +1,34 @@
 //! `kubelet-rehash`: upgrade a node's kubelet across minor versions without restarting its
-//! containers. A thin layer over `hashcompat` (the kubelet's hash, per version) and
-//! `storepatch` (the runtimes' stores).
+//! containers. Flags in, the `rehash` library's typed results out as tables, JSON and exit
+//! codes; no workflow logic and no runtime-specific code lives here.
+
+mod hash_cmd;
+mod render;
+mod spinner;
 
 use clap::{Args, Parser, Subcommand};
 use hashcompat::KubeletVersion;
-use kubelet_rehash::workflow::{self, Failure, PatchArgs, PlanArgs, StoreArgs, VerifyArgs};
-use kubelet_rehash::{exit, hash_cmd};
+use rehash::{Error, ErrorClass, From, Plan, StoreLocation};
+use render::Output;
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use storepatch::{RuntimeKind, StoreOptions};
+
+/// Exit codes, fixed from 0.1 on (documented in `--help` and the README).
+mod exit {
+    /// Done / verified.
+    pub const OK: u8 = 0;
+    /// Unexpected failure.
+    pub const FAILURE: u8 = 1;
+    /// Usage: bad flags, unknown or backwards versions, unreadable pods file.
+    pub const USAGE: u8 = 2;
+    /// Refused: runtime running, pre-check failed, store changed since the backup.
+    pub const REFUSED: u8 = 3;
+    /// Finished, but some containers are unproven and will restart (plan/patch), or
+    /// verification failed (verify).
+    pub const INCOMPLETE: u8 = 4;
+}
 
 const EXIT_CODES_HELP: &str = "Exit codes:
   0  done / verified
@@ -52,9 +72,9 @@ enum Command {
     Plan {
         #[command(flatten)]
         plan: PlanFlags,
-        /// Output format: table or json.
-        #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
-        output: String,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
     /// Plan, refuse while the runtime runs, back up, rewrite every proven hash, verify what was
     /// written, and write the report. Safe to run twice.
@@ -72,27 +92,38 @@ enum Command {
         /// Plan only; same as `plan`.
         #[arg(long)]
         dry_run: bool,
-        #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
-        output: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
     /// Check the result. Offline: every proven container's stored hash equals the target.
     /// With --live: ask the restarted runtime for every rewritten container's hash, state and pid.
     #[command(after_help = EXIT_CODES_HELP)]
     Verify {
+        /// The pods file, as for `plan` (not needed with --live).
+        #[arg(long, required_unless_present = "live")]
+        pods: Option<PathBuf>,
+        /// The kubelet version the node was upgraded to (not needed with --live).
+        #[arg(long, required_unless_present = "live")]
+        to: Option<String>,
+        /// The node's previous kubelet version, or `auto`.
+        #[arg(long, default_value = "auto")]
+        from: String,
         #[command(flatten)]
-        plan: PlanFlags,
-        /// Ask the running runtime instead of reading its store (needs --report).
-        #[arg(long)]
+        store: StoreFlags,
+        /// Ask the running runtime instead of reading its store: every container the patch
+        /// report names as rewritten must report its new hash, run, and keep its pid. Needs
+        /// only --report (the report names the runtime, its endpoint and the containers).
+        #[arg(long, requires = "report")]
         live: bool,
-        /// Runtime API endpoint for --live (unix:///run/containerd/containerd.sock,
-        /// unix:///var/run/docker.sock, unix:///var/run/crio/crio.sock).
+        /// Runtime API endpoint for --live (default: the one the report names, else the
+        /// runtime's usual socket).
         #[arg(long)]
         endpoint: Option<String>,
         /// The report `patch` wrote (for --live).
         #[arg(long)]
         report: Option<PathBuf>,
-        #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
-        output: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
     /// Restore every file of a backup byte for byte (refuses, naming the file, when the store
     /// changed since the patch).
@@ -116,8 +147,8 @@ enum Command {
     /// List the supported kubelet versions and their hash algorithms.
     Versions {
         /// Output format.
-        #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
-        output: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
 }
 
@@ -148,16 +179,26 @@ struct StoreFlags {
 }
 
 impl StoreFlags {
-    fn args(&self) -> StoreArgs {
-        StoreArgs {
-            runtime: self.runtime.clone(),
+    fn location(&self) -> Result<StoreLocation, Failure> {
+        let runtime = self
+            .runtime
+            .as_deref()
+            .map(|r| {
+                r.parse::<RuntimeKind>()
+                    .map_err(|e| Failure::usage(format!("--runtime: {e}")))
+            })
+            .transpose()?;
+        Ok(StoreLocation {
+            runtime,
             root: self.root.clone(),
-            runtime_socket: self.runtime_socket.clone(),
-            runtime_pidfile: self.runtime_pidfile.clone(),
-            live_restore: self.live_restore,
-            daemon_json: self.daemon_json.clone(),
-            runroot: self.runroot.clone(),
-        }
+            options: StoreOptions {
+                socket: self.runtime_socket.clone(),
+                pidfile: self.runtime_pidfile.clone(),
+                live_restore: self.live_restore,
+                daemon_json: self.daemon_json.clone(),
+                runroot: self.runroot.clone(),
+            },
+        })
     }
 }
 
@@ -177,26 +218,47 @@ struct PlanFlags {
     store: StoreFlags,
 }
 
-impl PlanFlags {
-    fn args(&self) -> PlanArgs {
-        PlanArgs {
-            pods: self.pods.clone(),
-            to: self.to.clone(),
-            from: self.from.clone(),
-            store: self.store.args(),
+/// A command's "no": a message and its exit code. Every library error becomes one here, in
+/// one place ([`exit_code`]).
+struct Failure {
+    code: u8,
+    msg: String,
+}
+
+impl Failure {
+    fn usage(msg: impl Into<String>) -> Self {
+        Failure {
+            code: exit::USAGE,
+            msg: msg.into(),
+        }
+    }
+    fn output(e: std::io::Error) -> Self {
+        Failure {
+            code: exit::FAILURE,
+            msg: format!("cannot write output: {e}"),
         }
     }
 }
 
-fn finish(r: Result<u8, Failure>) -> u8 {
-    match r {
-        Ok(code) => code,
-        Err(f) => {
-            eprintln!("kubelet-rehash: {}", f.msg);
-            f.code
+/// The one mapping of error classes to exit codes.
+fn exit_code(class: ErrorClass) -> u8 {
+    match class {
+        ErrorClass::Failure => exit::FAILURE,
+        ErrorClass::Usage => exit::USAGE,
+        ErrorClass::Refused => exit::REFUSED,
+    }
+}
+
+impl std::convert::From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure {
+            code: exit_code(e.class()),
+            msg: e.to_string(),
         }
     }
 }
+
+type Done = Result<u8, Failure>;
 
 fn read_input(file: &Option<PathBuf>) -> Result<Vec<u8>, String> {
     match file {
@@ -210,6 +272,31 @@ fn read_input(file: &Option<PathBuf>) -> Result<Vec<u8>, String> {
                 .map_err(|e| format!("cannot read standard input: {e}"))?;
             Ok(buf)
         }
+    }
+}
+
+fn read_pods(path: &Path) -> Result<Vec<u8>, Failure> {
+    if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .map_err(|e| Failure::usage(format!("cannot read pods from stdin: {e}")))?;
+        return Ok(buf);
+    }
+    std::fs::read(path)
+        .map_err(|e| Failure::usage(format!("cannot read pods file {}: {e}", path.display())))
+}
+
+fn parse_version(flag: &str, s: &str) -> Result<KubeletVersion, Failure> {
+    s.parse()
+        .map_err(|e| Failure::usage(format!("{flag}: {e}")))
+}
+
+fn parse_from(s: &str) -> Result<From, Failure> {
+    if s == "auto" {
+        Ok(From::Auto)
+    } else {
+        parse_version("--from", s).map(From::Version)
     }
 }
 
@@ -229,124 +316,310 @@ fn parse_versions(args: &[String]) -> Result<Vec<KubeletVersion>, String> {
     Ok(out)
 }
 
-fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("kubelet-rehash: {msg}");
-    ExitCode::from(exit::USAGE)
+/// The store and the plan for `plan`, `patch` and offline `verify`. Flags are checked before
+/// anything is read, so a bad `--to` never touches the store.
+fn plan_node(
+    pods: &Path,
+    to: &str,
+    from: &str,
+    store: &StoreFlags,
+) -> Result<(Box<dyn storepatch::RuntimeStore>, Plan), Failure> {
+    let to = parse_version("--to", to)?;
+    let from = parse_from(from)?;
+    let pods = read_pods(pods)?;
+    let location = store.location()?;
+    let store = location.open()?;
+    let plan = Plan::build(&pods, store.as_ref(), from, to)?;
+    Ok((store, plan))
+}
+
+fn plan_exit(plan: &Plan) -> u8 {
+    if plan.incomplete() {
+        exit::INCOMPLETE
+    } else {
+        exit::OK
+    }
+}
+
+fn cmd_plan(flags: &PlanFlags, output: Output, out: &mut dyn Write) -> Done {
+    let (_, plan) = plan_node(&flags.pods, &flags.to, &flags.from, &flags.store)?;
+    render::plan(&plan, output, out).map_err(Failure::output)?;
+    Ok(plan_exit(&plan))
+}
+
+fn write_report(path: &Path, plan: &Plan) -> Result<(), Failure> {
+    std::fs::write(path, plan.to_json()).map_err(|e| Failure {
+        code: exit::FAILURE,
+        msg: format!("cannot write report {}: {e}", path.display()),
+    })
+}
+
+fn cmd_patch(
+    flags: &PlanFlags,
+    backup_dir: Option<PathBuf>,
+    report: Option<&Path>,
+    dry_run: bool,
+    output: Output,
+    out: &mut dyn Write,
+) -> Done {
+    let (store, plan) = plan_node(&flags.pods, &flags.to, &flags.from, &flags.store)?;
+    if dry_run {
+        render::plan(&plan, output, out).map_err(Failure::output)?;
+        return Ok(plan_exit(&plan));
+    }
+    let backup = rehash::BackupOptions {
+        dir: backup_dir.unwrap_or_else(|| rehash::default_backup_dir(store.kind())),
+    };
+    let progress = spinner::Stderr::default();
+    let done = match rehash::patch(&plan, store.as_ref(), &backup, &progress) {
+        Ok(done) => done,
+        Err(Error::ReadBack {
+            ids,
+            backup_dir,
+            report: partial,
+        }) => {
+            // The operator needs the report most when the read-back failed.
+            if let Some(path) = report {
+                write_report(path, &partial)?;
+            }
+            return Err(Error::ReadBack {
+                ids,
+                backup_dir,
+                report: partial,
+            }
+            .into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    drop(progress);
+    if let Some(dir) = &done.backup_dir {
+        eprintln!(
+            "kubelet-rehash: rewrote {} container(s) ({} already current); backup and report in {}",
+            done.changed,
+            done.already,
+            dir.display()
+        );
+    }
+    if let Some(path) = report {
+        write_report(path, &done.report)?;
+    }
+    render::plan(&done.report, output, out).map_err(Failure::output)?;
+    Ok(plan_exit(&done.report))
+}
+
+struct VerifyFlags<'a> {
+    pods: Option<&'a Path>,
+    to: Option<&'a str>,
+    from: &'a str,
+    store: &'a StoreFlags,
+    live: bool,
+    endpoint: Option<&'a str>,
+    report: Option<&'a Path>,
+}
+
+fn cmd_verify(f: &VerifyFlags<'_>, output: Output, out: &mut dyn Write) -> Done {
+    if f.live {
+        let path = f.report.expect("clap: --live requires --report");
+        let bytes = std::fs::read(path)
+            .map_err(|e| Failure::usage(format!("cannot read report {}: {e}", path.display())))?;
+        let report = Plan::from_json(&bytes)
+            .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+        let v = rehash::verify_live(&report, f.endpoint)?;
+        for p in &v.problems {
+            writeln!(out, "FAIL {p}").map_err(Failure::output)?;
+        }
+        return if v.ok() {
+            writeln!(out, "verified live: {} rewritten container(s) report their target hash, run, and kept their pid", v.checked).map_err(Failure::output)?;
+            Ok(exit::OK)
+        } else {
+            writeln!(
+                out,
+                "{} problem(s) over {} rewritten container(s)",
+                v.problems.len(),
+                v.checked
+            )
+            .map_err(Failure::output)?;
+            Ok(exit::INCOMPLETE)
+        };
+    }
+    let (pods, to) = (
+        f.pods.expect("clap: --pods required without --live"),
+        f.to.expect("clap: --to required without --live"),
+    );
+    let (_, plan) = plan_node(pods, to, f.from, f.store)?;
+    render::plan(&plan, output, out).map_err(Failure::output)?;
+    let v = rehash::verify(&plan);
+    if v.ok() {
+        eprintln!(
+            "kubelet-rehash: verified: every proven container holds its kubelet {} hash",
+            plan.to
+        );
+        Ok(exit::OK)
+    } else {
+        eprintln!(
+            "kubelet-rehash: {} container(s) do not hold their kubelet {} hash yet",
+            v.pending.len(),
+            plan.to
+        );
+        Ok(exit::INCOMPLETE)
+    }
+}
+
+fn cmd_rollback(
+    backup_dir: &Path,
+    store: &StoreFlags,
+    accept_unrecorded: bool,
+    values: bool,
+    out: &mut dyn Write,
+) -> Done {
+    let location = store.location()?;
+    if values {
+        let s = rehash::rollback::open_backed_up_store(backup_dir, &location)?;
+        let v = rehash::rollback_values(backup_dir, s.as_ref())?;
+        match &v.undo_backup {
+            Some(dir) => writeln!(
+                out,
+                "restored the previous hash of {} container(s) ({} already had it); backup of this undo in {}",
+                v.restored,
+                v.already,
+                dir.display()
+            ),
+            None => writeln!(
+                out,
+                "every rewritten container already holds its previous hash ({})",
+                v.already
+            ),
+        }
+        .map_err(Failure::output)?;
+        return Ok(exit::OK);
+    }
+    let report = rehash::rollback(backup_dir, &location, accept_unrecorded)?;
+    for (path, action) in &report.files {
+        let a = match action {
+            storepatch::backup::RollbackAction::Restored => "restored",
+            storepatch::backup::RollbackAction::AlreadyOriginal => "already original",
+        };
+        writeln!(out, "{a}: {}", path.display()).map_err(Failure::output)?;
+    }
+    Ok(exit::OK)
+}
+
+fn cmd_versions(output: Output, out: &mut dyn Write) -> std::io::Result<()> {
+    let rows = hashcompat::versions();
+    match output {
+        Output::Json => {
+            serde_json::to_writer_pretty(&mut *out, &rows).map_err(std::io::Error::other)?;
+            writeln!(out)
+        }
+        Output::Table => {
+            writeln!(
+                out,
+                "{:<8} {:<24} {:<6} ALGORITHM",
+                "VERSION", "FORM", "CLASS"
+            )?;
+            for r in &rows {
+                writeln!(
+                    out,
+                    "{:<8} {:<24} {:<6} {}",
+                    r.version.to_string(),
+                    format!("{:?}", r.form),
+                    r.equivalence_class,
+                    r.description
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn cmd_hash(
+    kubelet_version: &[String],
+    explain: bool,
+    file: &Option<PathBuf>,
+    out: &mut dyn Write,
+) -> Done {
+    let versions = parse_versions(kubelet_version).map_err(Failure::usage)?;
+    let input = read_input(file).map_err(Failure::usage)?;
+    let result = if explain {
+        if versions.len() != 1 {
+            return Err(Failure::usage(
+                "--explain takes exactly one --kubelet-version",
+            ));
+        }
+        hash_cmd::explain(&input, versions[0], out)
+    } else {
+        hash_cmd::run(&input, &versions, out)
+    };
+    match result {
+        Ok(true) => Ok(exit::OK),
+        Ok(false) => Ok(exit::FAILURE),
+        Err(e) => Err(Failure::output(e)),
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let code = match cli.command {
+    let result = match &cli.command {
         Command::Hash {
             kubelet_version,
             explain,
             file,
-        } => {
-            let versions = match parse_versions(&kubelet_version) {
-                Ok(v) => v,
-                Err(e) => return usage_error(&e),
-            };
-            let input = match read_input(&file) {
-                Ok(i) => i,
-                Err(e) => return usage_error(&e),
-            };
-            let result = if explain {
-                if versions.len() != 1 {
-                    return usage_error("--explain takes exactly one --kubelet-version");
-                }
-                hash_cmd::explain(&input, versions[0], &mut out)
-            } else {
-                hash_cmd::run(&input, &versions, &mut out)
-            };
-            match result {
-                Ok(true) => exit::OK,
-                Ok(false) => exit::FAILURE,
-                Err(e) => {
-                    eprintln!("kubelet-rehash: cannot write output: {e}");
-                    exit::FAILURE
-                }
-            }
-        }
-        Command::Plan { plan, output } => {
-            finish(workflow::cmd_plan(&plan.args(), &output, &mut out))
-        }
+        } => cmd_hash(kubelet_version, *explain, file, &mut out),
+        Command::Plan { plan, output } => cmd_plan(plan, *output, &mut out),
         Command::Patch {
             plan,
             backup_dir,
             report,
             dry_run,
             output,
-        } => finish(workflow::cmd_patch(
-            &PatchArgs {
-                plan: plan.args(),
-                backup_dir,
-                report,
-                dry_run,
-            },
-            &output,
-            &mut out,
-        )),
-        Command::Verify {
+        } => cmd_patch(
             plan,
+            backup_dir.clone(),
+            report.as_deref(),
+            *dry_run,
+            *output,
+            &mut out,
+        ),
+        Command::Verify {
+            pods,
+            to,
+            from,
+            store,
             live,
             endpoint,
             report,
             output,
-        } => finish(workflow::cmd_verify(
-            &VerifyArgs {
-                plan: plan.args(),
-                live,
-                endpoint,
-                report,
+        } => cmd_verify(
+            &VerifyFlags {
+                pods: pods.as_deref(),
+                to: to.as_deref(),
+                from,
+                store,
+                live: *live,
+                endpoint: endpoint.as_deref(),
+                report: report.as_deref(),
             },
-            &output,
+            *output,
             &mut out,
-        )),
+        ),
         Command::Rollback {
             backup_dir,
             store,
             accept_unrecorded,
             values,
-        } => finish(workflow::cmd_rollback(
-            &backup_dir,
-            &store.args(),
-            accept_unrecorded,
-            values,
-            &mut out,
-        )),
-        Command::Versions { output } => {
-            let rows = hashcompat::versions();
-            let r = if output == "json" {
-                serde_json::to_writer_pretty(&mut out, &rows)
-                    .map_err(std::io::Error::other)
-                    .and_then(|_| writeln!(out))
-            } else {
-                (|| {
-                    writeln!(
-                        out,
-                        "{:<8} {:<24} {:<6} ALGORITHM",
-                        "VERSION", "FORM", "CLASS"
-                    )?;
-                    for r in &rows {
-                        writeln!(
-                            out,
-                            "{:<8} {:<24} {:<6} {}",
-                            r.version.to_string(),
-                            format!("{:?}", r.form),
-                            r.equivalence_class,
-                            r.description
-                        )?;
-                    }
-                    Ok(())
-                })()
-            };
-            if r.is_err() {
-                exit::FAILURE
-            } else {
-                exit::OK
-            }
+        } => cmd_rollback(backup_dir, store, *accept_unrecorded, *values, &mut out),
+        Command::Versions { output } => cmd_versions(*output, &mut out)
+            .map(|_| exit::OK)
+            .map_err(Failure::output),
+    };
+    let code = match result {
+        Ok(code) => code,
+        Err(f) => {
+            let _ = out.flush();
+            eprintln!("kubelet-rehash: {}", f.msg);
+            f.code
         }
     };
     let _ = out.flush();

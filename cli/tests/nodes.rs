@@ -430,7 +430,7 @@ fn value_rollback_after_the_store_changed_since_the_patch() {
         .apply(
             &[storepatch::Rewrite {
                 id: orphan_id.clone(),
-                hash: "abc123".into(),
+                hash: "abc123".parse().unwrap(),
                 hash_without_resources: None,
             }],
             &mut other,

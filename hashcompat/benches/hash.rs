@@ -14,7 +14,7 @@
 //!   rayon, `hash_many` with rayon, and parse + decode + hash (`hash_versions`) with rayon.
 //!
 //! At the end a table prints ns per call, the ratios to the FNV floor, and the speed-up over the
-//! real kubelet Go code (shared/research/perf-anchors.md, measured on an idle machine). The
+//! real kubelet Go code (docs/research/perf-anchors.md §1, measured on an idle machine). The
 //! ratios are the robust figures on a shared machine: absolute times scale with its load, which
 //! the FNV ns/byte column shows (about 1.1 ns/byte when idle). Keep runs short, e.g.
 //! `cargo bench -p hashcompat -- --warm-up-time 1 --measurement-time 2`.
@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// (label, version, Go ns per call from perf-anchors.md §1 (a)).
+/// (label, version, Go ns per call from docs/research/perf-anchors.md §1 (a)).
 const FORMS: &[(&str, &str, f64)] = &[
     ("struct-1.14", "1.14", 19_500.0),
     ("json-1.22", "1.22", 45_700.0),

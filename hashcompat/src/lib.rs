@@ -12,23 +12,40 @@
 //! the way the kubelet's `DeepHashObject` prints it (go-spew of the struct, or of the bytes of
 //! `json.Marshal`), straight into FNV-1a 32.
 //!
+//! One container spec, hashed as the kubelet before and after an upgrade 1.30 → 1.31 computes it:
+//!
 //! ```
-//! use hashcompat::{hash_container, KubeletVersion};
+//! use hashcompat::{hash_container, Hash, KubeletVersion};
+//!
+//! // The container of the kubelet's own unit test TestHashContainer (helpers_test.go).
 //! let spec = serde_json::json!({
 //!     "name": "test_container", "image": "foo/image:v1",
 //!     "args": ["/bin/sh", "-c", "echo abc"], "ports": [{"containerPort": 8001}]
 //! });
-//! // The constants of the kubelet's own TestHashContainer.
-//! let v122: KubeletVersion = "1.22".parse().unwrap();
-//! assert_eq!(hash_container(&spec, v122).unwrap().hash.to_string(), "3c42280f");
-//! let v131: KubeletVersion = "1.31".parse().unwrap();
-//! assert_eq!(hash_container(&spec, v131).unwrap().hash.0, 0x8e45cbd0);
+//! let from: KubeletVersion = "1.30".parse().unwrap();
+//! let to: KubeletVersion = "v1.31.2".parse().unwrap(); // patch and `v` are accepted
+//!
+//! let stored = hash_container(&spec, from).unwrap();
+//! let target = hash_container(&spec, to).unwrap();
+//! // The test's expected values: 0x3c42280f in the JSON era (1.16–1.30), 0x8e45cbd0 from 1.31.
+//! // Display gives the text the kubelet stores in io.kubernetes.container.hash.
+//! assert_eq!(stored.hash.to_string(), "3c42280f");
+//! assert_eq!(target.hash, Hash(0x8e45cbd0));
+//! // 1.27–1.30 may also store hashWithoutResources; for a spec without resources it is the hash.
+//! assert_eq!(stored.hash_without_resources, Some(stored.hash));
+//! assert_eq!(target.hash_without_resources, None);
+//! // The values differ: kubelet 1.31 would restart this unchanged container unless the stored
+//! // hash is rewritten to `target.hash` before it starts.
+//! assert_ne!(stored.hash, target.hash);
 //! ```
+
+#![deny(missing_docs)]
 
 pub mod batch;
 pub mod gojson;
 pub mod quantity;
 pub mod schema;
+mod serde_impls;
 pub mod sink;
 pub mod spew;
 pub mod value;
@@ -72,6 +89,7 @@ impl serde::Serialize for Hash {
 /// What one kubelet version stores for one container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ContainerHashes {
+    /// The kubelet version these values belong to.
     pub version: KubeletVersion,
     /// `io.kubernetes.container.hash`.
     pub hash: Hash,
@@ -82,14 +100,19 @@ pub struct ContainerHashes {
 /// Why no hash can be computed for a spec.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
+    /// The input is not JSON that Go's decoder accepts, so no kubelet could have read it.
     #[error("{0}")]
     Syntax(#[from] SyntaxError),
+    /// The top-level value is of another JSON kind (named as in Go's decoder errors); Go
+    /// would refuse to decode it into a `v1.Container`.
     #[error("a container spec must be a JSON object, not {0}")]
     NotAnObject(&'static str),
     /// The kubelet of `version` could not have decoded this spec.
     #[error("kubelet {version} cannot decode this container: {error}")]
     Decode {
+        /// The version whose type tree rejected the spec (others may accept it).
         version: KubeletVersion,
+        /// What `encoding/json` of that version would have reported.
         error: DecodeError,
     },
 }
@@ -256,14 +279,22 @@ pub struct ExplainedText {
     pub text: Vec<u8>,
     /// For the JSON forms, the JSON whose bytes `text` spells out.
     pub json: Option<Vec<u8>>,
+    /// FNV-1a 32 of `text`: equal to the computed hash, which is what makes the text a proof.
     pub hash: Hash,
 }
 
+/// What the kubelet of one version hashes for one container: the input of
+/// `io.kubernetes.container.hash` and, for 1.27–1.30, of `hashWithoutResources`. Lets a
+/// mismatch be traced to the exact bytes instead of a bare number.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Explanation {
+    /// The kubelet version explained.
     pub version: KubeletVersion,
+    /// The hash algorithm of that version.
     pub form: HashForm,
+    /// The text behind `io.kubernetes.container.hash`.
     pub hash: ExplainedText,
+    /// The text behind `io.kubernetes.container.hashWithoutResources` (1.27–1.30 only).
     pub without_resources: Option<ExplainedText>,
 }
 
@@ -324,9 +355,14 @@ pub fn hash_versions(
 /// One row of [`versions`].
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct VersionInfo {
+    /// The kubelet minor version.
     pub version: KubeletVersion,
+    /// Its hash algorithm.
     pub form: HashForm,
+    /// One line saying what that algorithm hashes (for `kubelet-rehash versions`).
     pub description: &'static str,
+    /// Whether this kubelet also writes `io.kubernetes.container.hashWithoutResources`
+    /// (1.27–1.30, only with the `InPlacePodVerticalScaling` feature gate on).
     pub has_hash_without_resources: bool,
     /// Versions with the same number hash every container identically.
     pub equivalence_class: usize,

@@ -57,8 +57,11 @@ const SPLIT_RE: &str = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$";
 pub enum Format {
     /// `""`: the zero `Quantity{}` (absent or `null` value).
     Unset,
+    /// Plain or `e`/`E` exponent, e.g. `12e6`.
     DecimalExponent,
+    /// Powers of 1024, e.g. `12Mi`.
     BinarySI,
+    /// Powers of 1000 (and `n`, `u`, `m`), e.g. `12M`; also what `"0"` gets.
     DecimalSI,
 }
 
@@ -99,6 +102,7 @@ impl InfDec {
         }
     }
 
+    /// Whether the value is zero, whatever the scale.
     pub fn is_zero(&self) -> bool {
         self.abs.is_empty()
     }
@@ -145,6 +149,7 @@ pub struct Quantity {
     pub d: Option<InfDec>,
     /// The cached string (`""` = not cached).
     pub s: String,
+    /// `Format`, which picks the suffix family of the canonical form.
     pub format: Format,
 }
 
@@ -152,20 +157,29 @@ pub struct Quantity {
 /// plus the two cases this emulation does not follow Go into.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
+    /// Go's `ErrFormatWrong`: the text is not number + suffix at all.
     #[error("quantities must match the regular expression '{re}'", re = SPLIT_RE)]
     FormatWrong,
+    /// Go's `ErrNumeric`: the number part does not parse (e.g. no digit on the inf.Dec path).
     #[error("unable to parse numeric part of quantity")]
     Numeric,
+    /// Go's `ErrSuffix`: an unknown suffix (`ki`, `1e` without digits, ...).
     #[error("unable to parse quantity's suffix")]
     Suffix,
     /// Go panics inside inf.Dec (`exp10cache` index out of range) for this input.
     #[error("quantity {input:?}: the kubelet would panic parsing it (inf.Dec rounding shift wraps to -2^31, index out of range in exp10)")]
-    GoPanic { input: String },
+    GoPanic {
+        /// The quantity text that makes Go panic.
+        input: String,
+    },
     /// The exact value needs more than [`MAX_DEC_DIGITS`] digits.
     #[error("quantity {input:?}: its exact value needs about {digits} decimal digits, more than the {max} this emulation builds (Go would build a big.Int that large)")]
     TooLarge {
+        /// The quantity text.
         input: String,
+        /// Roughly how many decimal digits its exact value needs.
         digits: u64,
+        /// [`MAX_DEC_DIGITS`].
         max: usize,
     },
 }

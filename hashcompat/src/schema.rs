@@ -13,17 +13,23 @@ mod embedded {
     include!(concat!(env!("OUT_DIR"), "/schemas.rs"));
 }
 
+/// Index of a type in [`TypeTree::types`].
 pub type TypeId = usize;
 
+/// A Go integer type by signedness and width: encoding/json refuses a number outside the
+/// field's range, and that refusal decides whether a kubelet could decode a spec at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntKind {
+    /// `int8` … `int64` (`int` is 64 bits on the platforms kubelets run on).
     Signed(u8),
+    /// `uint8` … `uint64`.
     Unsigned(u8),
 }
 
 /// Types whose JSON (un)marshalling is custom code in apimachinery, not reflection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Special {
+    /// Reflection decides the JSON form.
     None,
     /// `resource.Quantity`: `UnmarshalJSON` parses the raw token, `MarshalJSON` writes a string.
     Quantity,
@@ -31,20 +37,36 @@ pub enum Special {
     IntOrString,
 }
 
+/// A Go type's kind, the part of `reflect.Kind` the container tree uses.
 #[derive(Debug, Clone)]
 pub enum Kind {
+    /// `string` or a named string type (`v1.Protocol`, `resource.Format`, ...).
     String,
+    /// `bool`.
     Bool,
+    /// Any integer type.
     Int(IntKind),
+    /// Pointer to the type.
     Ptr(TypeId),
+    /// Slice of the type.
     Slice(TypeId),
-    Map { key: TypeId, elem: TypeId },
+    /// Map from `key` to `elem`.
+    Map {
+        /// The key type.
+        key: TypeId,
+        /// The element type.
+        elem: TypeId,
+    },
+    /// Struct fields in declaration order, unexported ones included: go-spew prints them all.
     Struct(Vec<Field>),
 }
 
+/// One struct field as declared.
 #[derive(Debug, Clone)]
 pub struct Field {
+    /// The Go field name.
     pub name: String,
+    /// The field's type.
     pub ty: TypeId,
     /// `Name:` as go-spew prints it before the value.
     pub spew_label: Vec<u8>,
@@ -55,18 +77,25 @@ pub struct Field {
 pub struct JsonField {
     /// Field indexes from the struct down through embedded structs.
     pub path: Vec<usize>,
+    /// The JSON key (from the tag, else the Go name).
     pub name: String,
     /// `"name":` with Go's escaping, ready to write.
     pub encoded_key: Vec<u8>,
+    /// The tag's `omitempty`: an empty value is left out, which is what keeps JSON-era hashes
+    /// stable when a version adds a field.
     pub omitempty: bool,
+    /// The field's type.
     pub ty: TypeId,
 }
 
+/// One Go type of a version's tree.
 #[derive(Debug, Clone)]
 pub struct GoType {
     /// The Go type string, e.g. `v1.Container`, `*bool`, `[]string`, `v1.ResourceList`.
     pub name: String,
+    /// What kind of type it is.
     pub kind: Kind,
+    /// Whether apimachinery's own JSON code handles it.
     pub special: Special,
     /// `(name)` as go-spew prints it.
     pub spew_prefix: Vec<u8>,
@@ -77,16 +106,20 @@ pub struct GoType {
 /// One version's whole type tree.
 #[derive(Debug)]
 pub struct TypeTree {
+    /// Every type reachable from the root, indexed by [`TypeId`].
     pub types: Vec<GoType>,
+    /// `v1.Container`.
     pub root: TypeId,
     by_name: HashMap<String, TypeId>,
 }
 
 impl TypeTree {
+    /// The type with id `id`.
     pub fn ty(&self, id: TypeId) -> &GoType {
         &self.types[id]
     }
 
+    /// The type whose Go type string is `name` (e.g. `resource.Quantity`), if this version has it.
     pub fn lookup(&self, name: &str) -> Option<TypeId> {
         self.by_name.get(name).copied()
     }
@@ -134,7 +167,9 @@ struct RawField {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("schema {version}: {msg}")]
 pub struct SchemaError {
+    /// The version whose schema file is at fault.
     pub version: String,
+    /// What is wrong with it.
     pub msg: String,
 }
 
@@ -373,6 +408,7 @@ fn json_fields(
 pub struct VersionTrees {
     /// (major, minor, index into `trees`), ascending.
     pub versions: Vec<(u32, u32, usize)>,
+    /// The distinct trees, one per run of versions whose schema files are identical.
     pub trees: Vec<TypeTree>,
 }
 

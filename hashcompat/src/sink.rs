@@ -3,6 +3,7 @@
 
 /// A byte consumer. Emitters write their text into one of these piece by piece.
 pub trait Sink {
+    /// Appends `bytes` to the text.
     fn put(&mut self, bytes: &[u8]);
 }
 
@@ -27,9 +28,11 @@ impl Default for Fnv32a {
 }
 
 impl Fnv32a {
+    /// A fresh hasher (the FNV-1a 32 offset basis), like `fnv.New32a()`.
     pub fn new() -> Self {
         Self::default()
     }
+    /// `Sum32()`: the hash of everything put so far.
     pub fn sum32(&self) -> u32 {
         self.0
     }
@@ -83,11 +86,13 @@ pub struct SpewByteSlice<'s, S: Sink> {
 }
 
 impl<'s, S: Sink> SpewByteSlice<'s, S> {
+    /// Writes the `([]uint8)[` opening; the bytes put afterwards are spelled as decimals.
     pub fn begin(inner: &'s mut S) -> Self {
         inner.put(b"([]uint8)[");
         SpewByteSlice { inner, any: false }
     }
 
+    /// Writes the closing `]`. Takes the wrapper by value, so no byte can join the slice after.
     pub fn end(self) {
         self.inner.put(b"]");
     }

@@ -13,17 +13,26 @@ use crate::quantity::Quantity;
 use crate::schema::{IntKind, Kind, Special, TypeId, TypeTree};
 use std::fmt;
 
+/// A Go value of the container tree. Nil and empty stay apart (`None` vs `Some(vec![])`)
+/// because go-spew prints `<nil>` for one and `[]`/`map[]` for the other.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GoValue {
+    /// A string, or a named string type.
     Str(String),
+    /// A bool.
     Bool(bool),
+    /// A signed integer of any width.
     Int(i64),
+    /// An unsigned integer of any width.
     Uint(u64),
+    /// A pointer; `None` is nil.
     Ptr(Option<Box<GoValue>>),
+    /// A slice; `None` is nil.
     Slice(Option<Vec<GoValue>>),
     /// Entries sorted by key bytes (Go map iteration order does not matter: both emitters
     /// sort keys).
     Map(Option<Vec<(String, GoValue)>>),
+    /// Field values in declaration order.
     Struct(Vec<GoValue>),
     /// A `resource.Quantity`: the parsed value (for `MarshalJSON`) and its struct form as
     /// go-spew walks it.
@@ -35,6 +44,7 @@ pub enum GoValue {
 pub struct DecodeError {
     /// JSON path of the offending value, e.g. `resources.limits.cpu`.
     pub path: String,
+    /// encoding/json's complaint about it.
     pub msg: String,
 }
 

@@ -21,6 +21,7 @@ pub enum HashForm {
 }
 
 impl HashForm {
+    /// One line saying what the kubelet feeds into FNV-1a in this form.
     pub fn description(self) -> &'static str {
         match self {
             HashForm::Struct => "go-spew %#v of the v1.Container struct value",
@@ -49,19 +50,25 @@ pub struct KubeletVersion {
     minor: u32,
 }
 
+/// Why a text is not a supported kubelet version.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VersionError {
+    /// The text (given) does not look like a Kubernetes version at all.
     #[error("{0:?} is not a kubelet version (expected e.g. 1.14, v1.14.3 or 1.14.3-eks-abc)")]
     Syntax(String),
+    /// A version (given as `major.minor`) outside the oldest–newest range that has a schema
+    /// file; hashing it would be a guess.
     #[error("kubelet {0} is not supported: the supported range is {1} to {2}")]
     OutOfRange(String, KubeletVersion, KubeletVersion),
 }
 
 impl KubeletVersion {
+    /// The major version (1).
     pub fn major(self) -> u32 {
         self.major
     }
 
+    /// The minor version: the only part that changes the hash (patch releases do not).
     pub fn minor(self) -> u32 {
         self.minor
     }
@@ -75,10 +82,12 @@ impl KubeletVersion {
             .collect()
     }
 
+    /// The oldest supported version (1.8).
     pub fn oldest() -> KubeletVersion {
         Self::all()[0]
     }
 
+    /// The newest supported version (the newest embedded schema file).
     pub fn newest() -> KubeletVersion {
         *Self::all().last().expect("at least one embedded schema")
     }
@@ -94,6 +103,8 @@ impl KubeletVersion {
         }
     }
 
+    /// Whether this version may also store `io.kubernetes.container.hashWithoutResources`
+    /// (1.27–1.30; only kubelets with the `InPlacePodVerticalScaling` gate write it).
     pub fn has_hash_without_resources(self) -> bool {
         self.hash_form() == HashForm::JsonWithoutResources
     }

@@ -147,9 +147,8 @@ fn run(label: &str, bytes: &[u8], runs: usize, only: Option<usize>) {
             .filter(|r| r.kind == RecordKind::Container)
             .map(|r| Rewrite {
                 id: r.id.clone(),
-                hash: format!(
-                    "{:08x}",
-                    u32::from_str_radix(r.hash.as_deref().unwrap(), 16).unwrap() ^ 0xffff_ffff
+                hash: storepatch::Hash(
+                    u32::from_str_radix(r.hash.as_deref().unwrap(), 16).unwrap() ^ 0xffff_ffff,
                 ),
                 hash_without_resources: None,
             })

@@ -160,9 +160,8 @@ fn bench(n: usize, runs: usize, scratch: &Path, templates: &[Template]) {
             .filter(|r| r.kind == RecordKind::Container)
             .map(|r| Rewrite {
                 id: r.id.clone(),
-                hash: format!(
-                    "{:x}",
-                    u64::from_str_radix(r.hash.as_deref().unwrap(), 16).unwrap() ^ 0xffff_ffff
+                hash: storepatch::Hash(
+                    u32::from_str_radix(r.hash.as_deref().unwrap(), 16).unwrap() ^ 0xffff_ffff,
                 ),
                 hash_without_resources: None,
             })

@@ -14,12 +14,16 @@ use std::sync::OnceLock;
 /// Mode and owner of a file, kept across a replace and recorded in backups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileMeta {
+    /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
+    /// Owner.
     pub uid: u32,
+    /// Group.
     pub gid: u32,
 }
 
 impl FileMeta {
+    /// Mode and owner of `meta`.
     pub fn of(meta: &fs::Metadata) -> Self {
         FileMeta {
             mode: meta.mode() & 0o7777,
@@ -224,6 +228,7 @@ fn stage_file_inner(
 }
 
 impl StagedFile {
+    /// The store file this temp file will replace.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -280,8 +285,11 @@ pub fn on_io_threads<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// One file for [`replace_many`]: its path, its new bytes, and the mode and owner it gets.
 #[derive(Debug, Clone, Copy)]
 pub struct Replacement<'a> {
+    /// The file to replace.
     pub path: &'a Path,
+    /// Its new bytes.
     pub bytes: &'a [u8],
+    /// The mode and owner it keeps.
     pub meta: FileMeta,
 }
 

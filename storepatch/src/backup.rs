@@ -26,12 +26,14 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+/// The manifest's name inside a backup directory.
 pub const MANIFEST_NAME: &str = "manifest.json";
 /// Written by this build: 2 (copies may share a pack file, `offset` set). Format 1 (one file
 /// per copy) is read too.
 const FORMAT: u32 = 2;
 const READABLE_FORMATS: [u32; 2] = [1, 2];
 
+/// Lowercase hex sha256 of `bytes`, as the manifest records it.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
@@ -47,10 +49,15 @@ pub struct ManifestEntry {
     /// bytes from here); absent when the file holds just this copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
+    /// Permission bits the file had (and gets back).
     pub mode: u32,
+    /// Owner it had.
     pub uid: u32,
+    /// Group it had.
     pub gid: u32,
+    /// Length of the original, in bytes.
     pub size: u64,
+    /// sha256 of the original bytes: what rollback restores and checks.
     pub sha256_original: String,
     /// sha256 of the bytes the patch writes; `None` until known (a bolt file's new bytes are
     /// only known after its transaction commits).
@@ -58,14 +65,21 @@ pub struct ManifestEntry {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// `manifest.json`: what a backup holds and how to check it before restoring.
 pub struct Manifest {
+    /// Manifest format (2 packs small copies; 1 is still read).
     pub format: u32,
+    /// The kubelet-rehash version that wrote it.
     pub tool_version: String,
+    /// The runtime whose store was backed up (`docker`, `containerd`, `crio`).
     pub runtime: String,
+    /// The store root.
     pub store_root: PathBuf,
+    /// When the backup was made (seconds since the epoch).
     pub created_unix: u64,
     /// `prepared` before the store is written, `applied` after every write succeeded.
     pub state: String,
+    /// One entry per backed-up file.
     pub entries: Vec<ManifestEntry>,
 }
 
@@ -87,6 +101,7 @@ pub struct SaveItem<'a> {
     pub path: &'a Path,
     /// Its current bytes, as the caller read them.
     pub original: &'a [u8],
+    /// Its mode and owner.
     pub meta: FileMeta,
     /// The bytes that will replace it, when known (their sha256 goes into the manifest).
     pub new: Option<&'a [u8]>,
@@ -161,10 +176,12 @@ impl Backup {
         })
     }
 
+    /// The backup directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// The files backed up so far.
     pub fn entries(&self) -> &[ManifestEntry] {
         &self.manifest.entries
     }
@@ -457,7 +474,9 @@ pub enum RollbackAction {
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// What [`rollback`] did, file by file.
 pub struct RollbackReport {
+    /// Every file of the manifest and what happened to it.
     pub files: Vec<(PathBuf, RollbackAction)>,
 }
 

@@ -12,6 +12,47 @@
 //!   one bolt transaction), re-reads what it wrote, and is idempotent.
 //! * [`backup::rollback`] restores every original byte for byte, and refuses, naming the file,
 //!   when a file matches neither side of the manifest.
+//!
+//! What differs between runtimes beyond the format (names, default roots and sockets, how a
+//! root is recognised, the live client) is in [`runtime`]: callers hold a [`RuntimeKind`] and a
+//! `Box<dyn RuntimeStore>` and never match on the runtime themselves.
+//!
+//! ```
+//! use storepatch::{backup, Hash, Rewrite, RuntimeKind, StoreOptions};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A copy of the bundled real Docker 20.10 node (dockerd stopped, live-restore on).
+//! let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/nodes/docker-20.10");
+//! let tmp = tempfile::tempdir()?;
+//! assert!(std::process::Command::new("cp").arg("-a").arg(fixture).arg(tmp.path()).status()?.success());
+//! let root = tmp.path().join("docker-20.10/var/lib/docker");
+//!
+//! let (kind, root) = storepatch::runtime::locate(None, Some(&root))?;
+//! assert_eq!(kind, RuntimeKind::Docker, "a data-root with containers/ is Docker's");
+//! let options = StoreOptions {
+//!     socket: Some(tmp.path().join("no-dockerd.sock")),
+//!     pidfile: Some(tmp.path().join("no-dockerd.pid")),
+//!     live_restore: Some(true),
+//!     ..StoreOptions::default()
+//! };
+//! let store = kind.runtime().open(&root, &options)?;
+//!
+//! // Rewrite the first container's hash, with a backup first.
+//! let scan = store.scan()?;
+//! let c = scan.records.iter().find(|r| r.hash.is_some()).expect("a kubelet container");
+//! let rewrite = Rewrite { id: c.id.clone(), hash: Hash(0x1234abcd), hash_without_resources: None };
+//! let dir = tmp.path().join("backup");
+//! let mut bk = backup::Backup::create(&dir, kind.name(), &root)?;
+//! let done = store.apply(&[rewrite], &mut bk)?;
+//! assert_eq!(done.changed, vec![c.id.clone()]);
+//! let again = store.scan()?;
+//! assert!(again.records.iter().any(|r| r.id == c.id && r.hash.as_deref() == Some("1234abcd")));
+//!
+//! // Byte-exact rollback.
+//! backup::rollback(&dir, false)?;
+//! assert!(store.scan()?.records.iter().any(|r| r.id == c.id && r.hash == c.hash));
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod atomic;
 pub mod backup;
@@ -22,8 +63,11 @@ pub mod error;
 pub mod fault;
 pub mod jsonspan;
 pub mod live;
+pub mod runtime;
 
 pub use error::StoreError;
+pub use hashcompat::Hash;
+pub use runtime::{LiveContainer, Runtime, StoreOptions};
 
 use serde::Serialize;
 use std::path::Path;
@@ -34,15 +78,19 @@ pub const HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
 pub const HASH_WITHOUT_RESOURCES_ANNOTATION: &str = "io.kubernetes.container.hashWithoutResources";
 
 /// Which container runtime owns a store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeKind {
+    /// Docker (dockershim or cri-dockerd).
     Docker,
+    /// containerd with its CRI plugin.
     Containerd,
+    /// CRI-O.
     Crio,
 }
 
 impl RuntimeKind {
+    /// The canonical name (`docker`, `containerd`, `crio`), as reports and manifests write it.
     pub fn name(self) -> &'static str {
         match self {
             RuntimeKind::Docker => "docker",
@@ -71,16 +119,23 @@ pub enum RecordKind {
 pub struct StoreRecord {
     /// The runtime's container id.
     pub id: String,
+    /// What the record is.
     pub kind: RecordKind,
+    /// Pod namespace, from the kubelet's labels.
     pub namespace: Option<String>,
+    /// Pod name.
     pub pod: Option<String>,
+    /// Pod uid: what ties the record to a pod spec.
     pub pod_uid: Option<String>,
+    /// Container name.
     pub container: Option<String>,
+    /// The kubelet's restart attempt.
     pub attempt: Option<u32>,
     /// Stored `io.kubernetes.container.hash`, as the kubelet wrote it (lowercase hex).
     pub hash: Option<String>,
     /// Stored `io.kubernetes.container.hashWithoutResources`, when present.
     pub hash_without_resources: Option<String>,
+    /// The image reference the runtime recorded.
     pub image: Option<String>,
     /// The process id the runtime last recorded for the container, when it records one.
     pub pid: Option<u32>,
@@ -114,7 +169,9 @@ impl StoreRecord {
 /// Everything a scan found, plus store-level warnings (e.g. `live-restore` off).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ScanReport {
+    /// Every record, in the store's order.
     pub records: Vec<StoreRecord>,
+    /// Hazards of this store an operator must see.
     pub warnings: Vec<String>,
 }
 
@@ -123,9 +180,12 @@ pub struct ScanReport {
 /// `None` leaves it as it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rewrite {
+    /// The record's id, from [`RuntimeStore::scan`].
     pub id: String,
-    pub hash: String,
-    pub hash_without_resources: Option<String>,
+    /// The new `io.kubernetes.container.hash`; a [`Hash`] can only hold what a kubelet writes.
+    pub hash: Hash,
+    /// The new `hashWithoutResources`, written only where the record already carries one.
+    pub hash_without_resources: Option<Hash>,
 }
 
 /// What [`RuntimeStore::apply`] did.
@@ -143,6 +203,7 @@ pub struct ApplyOutcome {
 
 /// One runtime's metadata store. Implementations must be usable from several threads.
 pub trait RuntimeStore: Send + Sync {
+    /// Which runtime owns the store.
     fn kind(&self) -> RuntimeKind;
     /// The store root as given (Docker data-root, containerd root, CRI-O graphroot).
     fn root(&self) -> &Path;
@@ -150,6 +211,14 @@ pub trait RuntimeStore: Send + Sync {
     fn scan(&self) -> Result<ScanReport, StoreError>;
     /// `Err(StoreError::RuntimeRunning)` when the runtime owning this store runs now.
     fn ensure_stopped(&self) -> Result<(), StoreError>;
+    /// The runtime's API endpoint (`unix://…`) this store's running check probes: where
+    /// `verify --live` asks after the restart.
+    fn endpoint(&self) -> String;
+    /// Runtime-specific reasons not to patch at all, checked after [`RuntimeStore::ensure_stopped`]
+    /// and before any write (Docker: live-restore known off).
+    fn precheck(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Write `rewrites` (ids from [`RuntimeStore::scan`]), backing up into `backup` before the
     /// first write. Refuses while the runtime runs. Unknown ids are an error before any write.
     fn apply(

@@ -445,19 +445,20 @@ fn apply_and_verify(r: &Root_, rewrites: &[Rewrite], synced: bool) -> Vec<u8> {
         let old = before[&k].0.as_ref().unwrap();
         let new = after[&k].0.as_ref().unwrap();
         let (d, _) = cri::decode(new, cri::CONTAINER_TYPE_URL).unwrap();
-        assert_eq!(d.annotations["io.kubernetes.container.hash"], rw.hash);
+        let new_hash = rw.hash.to_string();
+        assert_eq!(d.annotations["io.kubernetes.container.hash"], new_hash);
         // byte-surgical: same length hashes give same-length values differing only in the hash
-        if rw.hash.len() == scan[&rw.id].hash.as_ref().unwrap().len()
+        if new_hash.len() == scan[&rw.id].hash.as_ref().unwrap().len()
             && rw.hash_without_resources.is_none()
         {
             assert_eq!(old.len(), new.len());
             let ndiff = old.iter().zip(new).filter(|(a, b)| a != b).count();
-            assert!(ndiff <= rw.hash.len(), "{ndiff} bytes differ");
+            assert!(ndiff <= new_hash.len(), "{ndiff} bytes differ");
         }
     }
     let rescan = by_id(&store.scan().unwrap().records);
     for rw in rewrites {
-        assert_eq!(rescan[&rw.id].hash.as_deref(), Some(rw.hash.as_str()));
+        assert_eq!(rescan[&rw.id].hash, Some(rw.hash.to_string()));
     }
     let new_bytes = fs::read(&path).unwrap();
     // manifest
@@ -498,14 +499,28 @@ fn apply_store_fixture_matches_reference_edit() {
             .into_iter()
             .map(|(id, .., after)| Rewrite {
                 id,
-                hash: after,
+                hash: after.parse().unwrap(),
                 hash_without_resources: None,
             })
             .collect();
         let new = apply_and_verify(&r, &rewrites, synced);
         // the values equal the reference edit (bbolt-rs byte replacement, accepted by containerd)
+        // wherever the fixture's new value is one a kubelet can write: sidecar's `0badf00d` is
+        // zero-padded, which `strconv.FormatUint` never gives, and a `Hash` always writes the
+        // kubelet's own spelling (`badf00d`), so its bytes cannot equal that reference.
         let db = Db::from_bytes(new).unwrap();
-        for rw in &rewrites {
+        let writable: Vec<&Rewrite> = rewrites
+            .iter()
+            .zip(store_expect())
+            .filter(|(_, (.., after))| storepatch::Hash::parse_canonical(after).is_some())
+            .map(|(rw, _)| rw)
+            .collect();
+        assert_eq!(
+            writable.len(),
+            rewrites.len() - 1,
+            "exactly one fixture value (sidecar's 0badf00d) is not a kubelet's spelling"
+        );
+        for rw in writable {
             let want =
                 fs::read(store_dir().join(format!("ext/{}.container.metadata.after.any", rw.id)))
                     .unwrap();
@@ -540,18 +555,18 @@ fn node_rewrites(v: &str, grow: bool) -> Vec<Rewrite> {
         .iter()
         .filter(|r| r["kind"] == "container")
         .map(|r| {
-            let mut hash = r["targets"][&target]["hash"]
+            let mut hash: storepatch::Hash = r["targets"][&target]["hash"]
                 .as_str()
                 .unwrap_or("deadbeef")
-                .to_string();
+                .parse()
+                .unwrap();
             if grow {
-                hash = format!("{hash}0123456")[..16.min(hash.len() + 7)].to_string();
+                // The longest value a kubelet writes: 8 hex digits.
+                hash.0 |= 0xf000_0000;
             }
             Rewrite {
                 id: r["id"].as_str().unwrap().to_string(),
-                hash_without_resources: r["stored_hash_without_resources"]
-                    .as_str()
-                    .map(|_| hash.clone()),
+                hash_without_resources: r["stored_hash_without_resources"].as_str().map(|_| hash),
                 hash,
             }
         })
@@ -598,10 +613,7 @@ fn apply_bulk_2000_in_one_transaction() {
         .iter()
         .map(|row| Rewrite {
             id: row[0].clone(),
-            hash: format!(
-                "{:08x}",
-                u32::from_str_radix(&row[6], 16).unwrap() ^ 0xffff_ffff
-            ),
+            hash: storepatch::Hash(u32::from_str_radix(&row[6], 16).unwrap() ^ 0xffff_ffff),
             hash_without_resources: None,
         })
         .collect();
@@ -614,7 +626,7 @@ fn apply_bulk_2000_in_one_transaction() {
     assert!(st.bytes_written < len_before, "{st:?}");
     let recs = by_id(&r.store().scan().unwrap().records);
     for rw in &rewrites {
-        assert_eq!(recs[&rw.id].hash.as_deref(), Some(rw.hash.as_str()));
+        assert_eq!(recs[&rw.id].hash, Some(rw.hash.to_string()));
     }
 }
 
@@ -628,7 +640,7 @@ fn apply_few_writes_few_pages() {
         .apply_detailed(
             &[Rewrite {
                 id: row[0].clone(),
-                hash: "0000beef".into(),
+                hash: "0000beef".parse().unwrap(),
                 hash_without_resources: None,
             }],
             &mut b,
@@ -649,7 +661,7 @@ fn some_rewrite() -> Vec<Rewrite> {
     let (id, .., after) = store_expect().into_iter().next().unwrap();
     vec![Rewrite {
         id,
-        hash: after,
+        hash: after.parse().unwrap(),
         hash_without_resources: None,
     }]
 }
@@ -889,7 +901,7 @@ fn assert_bad_extension(damage: impl Fn(&mut [u8]), why: &str) {
         .apply(
             &[Rewrite {
                 id: oid,
-                hash: after,
+                hash: after.parse().unwrap(),
                 hash_without_resources: None,
             }],
             &mut bk,
@@ -1010,7 +1022,7 @@ fn bad_requests_refused_before_writing() {
         (
             Rewrite {
                 id: "nope".into(),
-                hash: "1234abcd".into(),
+                hash: "1234abcd".parse().unwrap(),
                 hash_without_resources: None,
             },
             "no record",
@@ -1018,18 +1030,10 @@ fn bad_requests_refused_before_writing() {
         (
             Rewrite {
                 id: sandbox.into(),
-                hash: "1234abcd".into(),
+                hash: "1234abcd".parse().unwrap(),
                 hash_without_resources: None,
             },
             "sandbox",
-        ),
-        (
-            Rewrite {
-                id: some_rewrite()[0].id.clone(),
-                hash: "XYZ\"".into(),
-                hash_without_resources: None,
-            },
-            "not a kubelet hash",
         ),
     ] {
         let e = store.apply(&[rw], &mut b).unwrap_err().to_string();
@@ -1129,7 +1133,7 @@ fn crash_sweep_old_or_new_never_corrupt() {
         .into_iter()
         .map(|(id, .., after)| Rewrite {
             id,
-            hash: after,
+            hash: after.parse().unwrap(),
             hash_without_resources: None,
         })
         .collect();
@@ -1255,8 +1259,8 @@ fn rebuilt_file_reads_the_same() {
     }
 }
 
-/// Packed pages (fill 1.0) whose values then grow: leaves get overflow pages, the tree
-/// stays valid, and only the values change.
+/// Packed pages (fill 1.0) whose values then grow (to the longest hash a kubelet writes, 8
+/// hex digits): leaves get overflow pages, the tree stays valid, and only the values change.
 #[test]
 fn growing_values_in_packed_pages() {
     let db = Db::read_path(&node_root("1.6").join(META_DB)).unwrap();
@@ -1265,10 +1269,17 @@ fn growing_values_in_packed_pages() {
     let rewrites: Vec<Rewrite> = node_rewrites("1.6", false)
         .into_iter()
         .map(|mut rw| {
-            rw.hash = format!("{:0>16}", rw.hash);
+            rw.hash = storepatch::Hash(u32::MAX);
             rw
         })
         .collect();
+    let scan = by_id(&r.store().scan().unwrap().records);
+    assert!(
+        rewrites
+            .iter()
+            .any(|rw| scan[&rw.id].hash.as_ref().unwrap().len() < 8),
+        "some stored value is shorter than 8 digits, so some value grows"
+    );
     apply_and_verify(&r, &rewrites, true);
 }
 
@@ -1392,12 +1403,12 @@ fn inline_extension_buckets() {
         let rewrites = vec![
             Rewrite {
                 id: "stays-inline".into(),
-                hash: "abcdef12".into(),
+                hash: "abcdef12".parse().unwrap(),
                 hash_without_resources: None,
             },
             Rewrite {
                 id: "moves-out".into(),
-                hash: "abcdef12".into(),
+                hash: "abcdef12".parse().unwrap(),
                 hash_without_resources: None,
             },
         ];
@@ -1489,7 +1500,7 @@ fn same_key_values_as_go_bbolt_rewrite() {
         .iter()
         .map(|(id, v)| Rewrite {
             id: id.clone(),
-            hash: v["hash"].as_str().unwrap().to_string(),
+            hash: v["hash"].as_str().unwrap().parse().unwrap(),
             hash_without_resources: None,
         })
         .collect();

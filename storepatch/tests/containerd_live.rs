@@ -158,8 +158,8 @@ fn rewrites_to(
         .iter()
         .map(|c| Rewrite {
             id: c.id.clone(),
-            hash: values[&c.id].0.clone(),
-            hash_without_resources: values[&c.id].1.clone(),
+            hash: values[&c.id].0.parse().unwrap(),
+            hash_without_resources: values[&c.id].1.as_ref().map(|h| h.parse().unwrap()),
         })
         .collect()
 }
@@ -329,7 +329,7 @@ fn run_line(line: Line) {
         .iter()
         .map(|c| Rewrite {
             id: c.id.clone(),
-            hash: "0badc0de".into(),
+            hash: "0badc0de".parse().unwrap(),
             hash_without_resources: None,
         })
         .collect();

@@ -168,7 +168,7 @@ fn rewrite_on_a_real_dockerd_keeps_containers_running() {
         .iter()
         .map(|(id, h)| Rewrite {
             id: id.clone(),
-            hash: h.clone(),
+            hash: h.parse().unwrap(),
             hash_without_resources: None,
         })
         .collect();

@@ -11,7 +11,9 @@ use std::fmt;
 /// A syntax error, with the byte offset Go would report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyntaxError {
+    /// Byte offset into the input where Go's scanner stops.
     pub offset: usize,
+    /// What is wrong there.
     pub msg: String,
 }
 
@@ -26,24 +28,33 @@ impl std::error::Error for SyntaxError {}
 /// One JSON value. `raw` is the exact input span of the value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node<'a> {
+    /// The exact input bytes of this value: what Go hands to an `UnmarshalJSON` method
+    /// (`resource.Quantity`, `intstr.IntOrString`).
     pub raw: &'a [u8],
+    /// The value itself.
     pub value: NodeValue<'a>,
 }
 
+/// The kinds of JSON value, with what Go's decoder keeps of each.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NodeValue<'a> {
+    /// `null`: Go leaves the target unchanged, sets a pointer, slice or map to nil, and hands
+    /// it to a type's own `UnmarshalJSON` as is.
     Null,
+    /// `true` or `false`.
     Bool(bool),
     /// The number literal as written.
     Number(&'a str),
     /// The decoded string (escapes processed, invalid UTF-8 replaced as Go does).
     String(String),
+    /// Elements in input order.
     Array(Vec<Node<'a>>),
     /// Members in input order; duplicate keys kept.
     Object(Vec<(String, Node<'a>)>),
 }
 
 impl<'a> Node<'a> {
+    /// The JSON kind as Go's decoder names it in its errors ("string", "object", ...).
     pub fn kind_name(&self) -> &'static str {
         match self.value {
             NodeValue::Null => "null",
@@ -65,6 +76,7 @@ impl<'a> Node<'a> {
         }
     }
 
+    /// The decoded text of a string value; `None` for every other kind.
     pub fn as_str(&self) -> Option<&str> {
         match &self.value {
             NodeValue::String(s) => Some(s),

@@ -1,5 +1,5 @@
 //! containerd back-end: the CRI plugin's container extension inside
-//! `<root>/io.containerd.metadata.v1.bolt/meta.db` (containerd 1.1 – 2.x; research/stores.md
+//! `<root>/io.containerd.metadata.v1.bolt/meta.db` (containerd 1.1 – 2.x; docs/research/stores.md
 //! §1, §2, §5). The bolt file is read and written by our own small bolt engine ([`bolt`]; its
 //! module docs say why not bbolt-rs), which keeps whichever freelist layout it finds (synced,
 //! containerd ≤ 1.6; `NoFreelistSync`, 1.7 and 2.x).
@@ -18,6 +18,7 @@
 
 pub mod bolt;
 pub mod cri;
+pub mod runtime;
 
 use crate::atomic::FileMeta;
 use crate::backup::{sha256_hex, Backup};
@@ -65,18 +66,31 @@ pub struct ContainerdStore {
 /// Timings and figures of one [`ContainerdStore::apply_detailed`].
 #[derive(Debug, Clone, Default)]
 pub struct ApplyStats {
+    /// CRI containers found in meta.db.
     pub containers_seen: usize,
+    /// Extension values rewritten.
     pub values_changed: usize,
+    /// Whether the file keeps its freelist on disk (containerd 1.6) or not (NoFreelistSync).
     pub freelist_synced: bool,
+    /// Transaction id of the meta page before the write.
     pub txid_before: u64,
+    /// Transaction id after it (one more).
     pub txid_after: u64,
+    /// Page high-water mark before.
     pub hwm_before: u64,
+    /// Page high-water mark after (grows only when no free page fits).
     pub hwm_after: u64,
+    /// Free pages the transaction reused.
     pub pages_reused: u64,
+    /// Pages added at the end of the file.
     pub pages_appended: u64,
+    /// Pages written in all.
     pub pages_written: u64,
+    /// Bytes written to meta.db.
     pub bytes_written: u64,
+    /// File length before.
     pub file_len_before: u64,
+    /// File length after.
     pub file_len_after: u64,
     /// open + consistency check + collect records.
     pub t_read: Duration,
@@ -230,19 +244,13 @@ fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found<'a>>, bolt::
     Ok(out)
 }
 
-fn valid_hash(h: &str) -> bool {
-    !h.is_empty()
-        && h.len() <= 16
-        && h.bytes()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-}
-
 impl ContainerdStore {
     /// A store under the containerd `root`; the running check probes [`DEFAULT_SOCKET`].
     pub fn open(root: &Path) -> Result<Self, StoreError> {
         Self::with_options(root, ContainerdOptions::default())
     }
 
+    /// A store under `root` with the given options; refuses a meta.db that is a symlink, not a regular file, or outside the root.
     pub fn with_options(root: &Path, options: ContainerdOptions) -> Result<Self, StoreError> {
         if !root.is_dir() {
             return Err(StoreError::RootMissing(root.to_path_buf()));
@@ -454,23 +462,7 @@ impl ContainerdStore {
     ) -> Result<(ApplyOutcome, ApplyStats), StoreError> {
         let mut st = ApplyStats::default();
         let t0 = Instant::now();
-        let mut seen = std::collections::HashSet::new();
-        for rw in rewrites {
-            if !seen.insert(rw.id.as_str()) {
-                return Err(StoreError::Refused(format!(
-                    "container {} is listed twice",
-                    rw.id
-                )));
-            }
-            for h in std::iter::once(&rw.hash).chain(rw.hash_without_resources.iter()) {
-                if !valid_hash(h) {
-                    return Err(StoreError::Refused(format!(
-                        "new hash {h:?} for container {} is not a kubelet hash (1-16 lowercase hex digits)",
-                        rw.id
-                    )));
-                }
-            }
-        }
+        crate::runtime::validate(rewrites)?;
         let file = Flocked(self.open_db_file(true)?);
         if !try_flock(&file, libc::LOCK_EX).map_err(|e| StoreError::io(&self.db_path, e))? {
             return Err(self.running(self.locked_evidence()));
@@ -668,6 +660,8 @@ fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, Sto
     }
     // the field scan of decode_json runs in rewrite_json when there is something to change
     let (d, doc) = cri::decode_json_unscanned(&raw[layout.value.clone()]).map_err(bad)?;
+    let new_hash = rw.hash.to_string();
+    let new_hwr = rw.hash_without_resources.map(|h| h.to_string());
     let mut changes: Vec<(&str, &str)> = Vec::new();
     match d.annotations.get(HASH_ANNOTATION) {
         None => {
@@ -676,11 +670,11 @@ fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, Sto
                 reason: format!("no {HASH_ANNOTATION} annotation to rewrite"),
             })
         }
-        Some(cur) if cur == &rw.hash => {}
-        Some(_) => changes.push((HASH_ANNOTATION, rw.hash.as_str())),
+        Some(cur) if *cur == new_hash => {}
+        Some(_) => changes.push((HASH_ANNOTATION, new_hash.as_str())),
     }
     if let (Some(new), Some(cur)) = (
-        &rw.hash_without_resources,
+        &new_hwr,
         d.annotations.get(HASH_WITHOUT_RESOURCES_ANNOTATION),
     ) {
         if cur != new {
@@ -769,6 +763,10 @@ impl RuntimeStore for ContainerdStore {
         }
         drop(file);
         self.check_socket()
+    }
+
+    fn endpoint(&self) -> String {
+        crate::runtime::unix_endpoint(&self.socket)
     }
 
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {

@@ -1,7 +1,7 @@
 //! CRI-O back-end: the kubelet's hashes in `<graphroot>/<driver>-containers/<id>/userdata/config.json`.
 //!
-//! What CRI-O does (observed on a real CRI-O 1.30.14, fixture `nodes/crio-1.30`, and read in its
-//! source v1.24–v1.36; see research/stores.md §4):
+//! What CRI-O does (observed on a real CRI-O 1.30.14, fixture `fixtures/nodes/crio-1.30`, and read in its
+//! source v1.24–v1.36; see docs/research/stores.md §4):
 //!
 //! * At create time CRI-O saves the container's OCI spec twice, byte-identical: in the graphroot
 //!   (`/var/lib/containers/storage/overlay-containers/<id>/userdata/config.json`, persistent) and
@@ -45,6 +45,8 @@
 //! accepts a connection, or when a pid file is configured and names a live process whose
 //! `comm` is `crio`.
 
+pub mod runtime;
+
 use crate::atomic::{self, FileMeta};
 use crate::backup::{self, Backup};
 use crate::jsonspan;
@@ -54,7 +56,7 @@ use crate::{
 };
 use rayon::prelude::*;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -409,7 +411,11 @@ impl CrioStore {
                 "container {id} has no {HASH_ANNOTATION} inside {CRIO_ANNOTATIONS}; refusing to add one"
             )));
         }
-        let new_values = [Some(rw.hash.as_str()), rw.hash_without_resources.as_deref()];
+        let (new_hash, new_hwr) = (
+            rw.hash.to_string(),
+            rw.hash_without_resources.map(|h| h.to_string()),
+        );
+        let new_values = [Some(new_hash.as_str()), new_hwr.as_deref()];
         let new_bytes = apply_edit(&bytes, edit, &new_values).map_err(|e| StoreError::Verify {
             location: location.clone(),
             reason: e.to_string(),
@@ -890,14 +896,13 @@ fn verify_edit(
     Ok(())
 }
 
-/// The kubelet formats hashes with `strconv.FormatUint(h, 16)`: lowercase hex, no padding.
-fn valid_hash(h: &str) -> bool {
-    !h.is_empty() && h.len() <= 16 && h.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-}
-
 impl RuntimeStore for CrioStore {
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Crio
+    }
+
+    fn endpoint(&self) -> String {
+        crate::runtime::unix_endpoint(&self.socket)
     }
 
     /// `<driver>-containers/<id>/userdata/.config.json.rehash-tmp-<pid>` of killed runs, in
@@ -994,23 +999,7 @@ impl RuntimeStore for CrioStore {
 
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
         self.ensure_stopped()?;
-        let mut seen = BTreeSet::new();
-        for rw in rewrites {
-            if !seen.insert(rw.id.as_str()) {
-                return Err(StoreError::Refused(format!(
-                    "record {} is given twice in one patch",
-                    rw.id
-                )));
-            }
-            for h in std::iter::once(&rw.hash).chain(rw.hash_without_resources.as_ref()) {
-                if !valid_hash(h) {
-                    return Err(StoreError::Refused(format!(
-                        "record {}: {h:?} is not a kubelet hash (lowercase hex, at most 16 digits)",
-                        rw.id
-                    )));
-                }
-            }
-        }
+        crate::runtime::validate(rewrites)?;
 
         // Phase 1: read, edit and prove every file; nothing is written on any error. Files are
         // planned in parallel; the first error in `rewrites` order is reported, as a
@@ -1199,8 +1188,5 @@ mod tests {
         assert_eq!(node_root_of(Path::new("/mnt/storage")), None);
         assert_eq!(major_minor("1.30.14+unknown").as_deref(), Some("1.30"));
         assert_eq!(major_minor("garbage"), None);
-        assert!(
-            valid_hash("e7299d5") && !valid_hash("E7") && !valid_hash("a\"b") && !valid_hash("")
-        );
     }
 }

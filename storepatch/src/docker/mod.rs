@@ -10,6 +10,7 @@
 //! changed.
 
 pub mod running;
+pub mod runtime;
 
 pub use running::LiveRestore;
 
@@ -32,22 +33,30 @@ pub const HASH_LABEL: &str = "annotation.io.kubernetes.container.hash";
 /// The label holding `io.kubernetes.container.hashWithoutResources`.
 pub const HASH_WITHOUT_RESOURCES_LABEL: &str =
     "annotation.io.kubernetes.container.hashWithoutResources";
+/// The kubelet's restart count label.
 pub const RESTART_COUNT_LABEL: &str = "annotation.io.kubernetes.container.restartCount";
 /// `podsandbox` or `container`, set by dockershim and cri-dockerd on everything they create.
 pub const DOCKER_TYPE_LABEL: &str = "io.kubernetes.docker.type";
+/// Pod name label (dockershim / cri-dockerd).
 pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+/// Pod namespace label.
 pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// Pod uid label.
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// Container name label.
 pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+/// dockerd's per-container config, which holds the labels.
 pub const CONFIG_FILE: &str = "config.v2.json";
 
 /// Where dockerd keeps its pidfile, socket and configuration, and what its flags say about
 /// `live-restore`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DockerOptions {
+    /// dockerd's pid file (running check; its command line tells live-restore).
     pub pidfile: PathBuf,
     /// The API socket (`-H unix://…`).
     pub socket: PathBuf,
+    /// dockerd's configuration file.
     pub daemon_json: PathBuf,
     /// `--live-restore` as given on dockerd's command line; overrides daemon.json.
     pub live_restore: Option<bool>,
@@ -117,22 +126,6 @@ fn check_plain_id(id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The kubelet writes hashes as lowercase hex (`strconv.FormatUint(h, 16)`); anything else
-/// would also need JSON escaping, so it is refused.
-fn check_hash_value(id: &str, what: &str, v: &str) -> Result<(), StoreError> {
-    if v.is_empty()
-        || v.len() > 16
-        || !v
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    {
-        return Err(StoreError::Refused(format!(
-            "rewrite of {id}: {what} {v:?} is not a kubelet hash (1-16 lowercase hex digits)"
-        )));
-    }
-    Ok(())
-}
-
 /// The attempt number at the end of a dockershim name `k8s_…_<attempt>`.
 fn attempt_from_name(name: &str) -> Option<u32> {
     let name = name.strip_prefix('/').unwrap_or(name);
@@ -157,6 +150,7 @@ impl DockerStore {
         Self::with_options(data_root, DockerOptions::default())
     }
 
+    /// A store at `data_root` with the given dockerd locations.
     pub fn with_options(data_root: &Path, opts: DockerOptions) -> Result<Self, StoreError> {
         let real_root = match fs::canonicalize(data_root) {
             Ok(p) if p.is_dir() => p,
@@ -173,6 +167,7 @@ impl DockerStore {
         })
     }
 
+    /// The dockerd locations this store checks.
     pub fn options(&self) -> &DockerOptions {
         &self.opts
     }
@@ -369,10 +364,6 @@ impl DockerStore {
     /// already holds the requested values.
     fn plan_one(&self, containers: &Path, rw: &Rewrite) -> Result<Planned, StoreError> {
         check_plain_id(&rw.id)?;
-        check_hash_value(&rw.id, "hash", &rw.hash)?;
-        if let Some(h) = &rw.hash_without_resources {
-            check_hash_value(&rw.id, "hashWithoutResources", h)?;
-        }
         let path = Self::config_path(containers, &rw.id)?
             .ok_or_else(|| StoreError::UnknownRecord(rw.id.clone()))?;
         let location = path.display().to_string();
@@ -403,10 +394,8 @@ impl DockerStore {
 /// Returns the new bytes, equal to `original` when the labels already hold the values.
 /// `location` names the file in errors. Writes nothing; public for the fuzz targets.
 pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<u8>, StoreError> {
-    check_hash_value(&rw.id, "hash", &rw.hash)?;
-    if let Some(h) = &rw.hash_without_resources {
-        check_hash_value(&rw.id, "hashWithoutResources", h)?;
-    }
+    let new_hash = rw.hash.to_string();
+    let new_hwr = rw.hash_without_resources.map(|h| h.to_string());
     let corrupt = |reason: String| StoreError::Corrupt {
         location: location.to_string(),
         reason,
@@ -459,8 +448,8 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
         }
     let mut wanted: Vec<(&str, &str)> = Vec::new();
     match labels.get(HASH_LABEL) {
-        Some(serde_json::Value::String(old)) if *old != rw.hash => {
-            wanted.push((HASH_LABEL, &rw.hash));
+        Some(serde_json::Value::String(old)) if *old != new_hash => {
+            wanted.push((HASH_LABEL, &new_hash));
         }
         Some(serde_json::Value::String(_)) => {}
         Some(other) => {
@@ -471,7 +460,7 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
         }
         None => return Err(corrupt(format!("has no {HASH_LABEL} label; not rewritten"))),
     }
-    if let Some(new_hwr) = &rw.hash_without_resources {
+    if let Some(new_hwr) = &new_hwr {
         match labels.get(HASH_WITHOUT_RESOURCES_LABEL) {
             Some(serde_json::Value::String(old)) if old != new_hwr => {
                 wanted.push((HASH_WITHOUT_RESOURCES_LABEL, new_hwr));
@@ -611,24 +600,29 @@ impl RuntimeStore for DockerStore {
         }
     }
 
+    fn endpoint(&self) -> String {
+        crate::runtime::unix_endpoint(&self.opts.socket)
+    }
+
+    /// With live-restore *known* off (flag, running dockerd's command line or daemon.json),
+    /// stopping dockerd has already killed every container, and its restart recreates nothing
+    /// the kubelet would adopt: refuse rather than pretend to help. When it is only unknown,
+    /// the scan's loud warning stands and the patch goes on: the operator stopped dockerd
+    /// knowingly. The same [`DockerStore::live_restore`] feeds both, so plan and patch agree.
+    fn precheck(&self) -> Result<(), StoreError> {
+        match self.live_restore() {
+            LiveRestore::Off(src) => Err(StoreError::Refused(format!(
+                "dockerd live-restore is off ({src}); stopping dockerd kills every container, so there is nothing to keep. If dockerd does run with --live-restore, say so with the live-restore option (--live-restore true)"
+            ))),
+            LiveRestore::On(_) | LiveRestore::Unknown(_) => Ok(()),
+        }
+    }
+
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
         self.ensure_stopped()?;
         let containers = self.containers_dir()?;
-        // One rewrite per id; the same id twice with different values is a caller bug.
-        let mut by_id: HashMap<&str, &Rewrite> = HashMap::new();
-        let mut unique = Vec::with_capacity(rewrites.len());
-        for rw in rewrites {
-            match by_id.insert(rw.id.as_str(), rw) {
-                Some(prev) if prev != rw => {
-                    return Err(StoreError::Refused(format!(
-                        "two different rewrites for container {}",
-                        rw.id
-                    )))
-                }
-                Some(_) => {}
-                None => unique.push(rw),
-            }
-        }
+        crate::runtime::validate(rewrites)?;
+        let unique: Vec<&Rewrite> = rewrites.iter().collect();
         // Read, edit and verify everything before the first write.
         let plans: Vec<Result<Planned, StoreError>> = unique
             .par_iter()

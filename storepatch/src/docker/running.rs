@@ -62,6 +62,7 @@ pub enum LiveRestore {
 }
 
 impl LiveRestore {
+    /// Whether live-restore is known to be on.
     pub fn is_on(&self) -> bool {
         matches!(self, LiveRestore::On(_))
     }
@@ -80,6 +81,21 @@ impl LiveRestore {
     }
 }
 
+/// No setting anywhere means dockerd's default, off — but only a running dockerd's command
+/// line proves no `--live-restore` flag was given. With dockerd stopped (as during a patch)
+/// the flag may live in a unit file we do not read: unknown, not off.
+fn default_off(cmdline_read: bool, why: String) -> LiveRestore {
+    if cmdline_read {
+        LiveRestore::Off(format!(
+            "{why} and the running dockerd has no --live-restore flag: dockerd's default is off"
+        ))
+    } else {
+        LiveRestore::Unknown(format!(
+            "{why}; dockerd's default is off unless it is started with --live-restore (say so with the live-restore option)"
+        ))
+    }
+}
+
 /// Works out `live-restore`: an explicit flag value wins, then the command line of the running
 /// dockerd (from the pidfile), then `daemon.json` (absent key or file: dockerd's default, off).
 pub fn live_restore(flag: Option<bool>, pidfile: &Path, daemon_json: &Path) -> LiveRestore {
@@ -92,9 +108,11 @@ pub fn live_restore(flag: Option<bool>, pidfile: &Path, daemon_json: &Path) -> L
         };
     }
     let mut from_cmdline = None;
+    let mut cmdline_read = false;
     let mut config_file = daemon_json.to_path_buf();
     if let Some(pid) = live_pid(pidfile) {
         if let Ok(raw) = fs::read(format!("/proc/{pid}/cmdline")) {
+            cmdline_read = true;
             let args: Vec<String> = raw
                 .split(|&b| b == 0)
                 .map(|a| String::from_utf8_lossy(a).into_owned())
@@ -135,24 +153,23 @@ pub fn live_restore(flag: Option<bool>, pidfile: &Path, daemon_json: &Path) -> L
                     "{} sets \"live-restore\": false",
                     config_file.display()
                 )),
-                None => LiveRestore::Off(format!(
-                    "{} has no \"live-restore\" key and dockerd's default is off (unless dockerd is started with --live-restore; say so with the live-restore option)",
-                    config_file.display()
-                )),
+                None => default_off(
+                    cmdline_read,
+                    format!("{} has no \"live-restore\" key", config_file.display()),
+                ),
                 Some(other) => LiveRestore::Unknown(format!(
                     "{}: \"live-restore\" is {other}, not a boolean",
                     config_file.display()
                 )),
             },
-            Err(e) => LiveRestore::Unknown(format!(
-                "{} is not valid JSON: {e}",
-                config_file.display()
-            )),
+            Err(e) => {
+                LiveRestore::Unknown(format!("{} is not valid JSON: {e}", config_file.display()))
+            }
         },
-        Err(e) if e.kind() == ErrorKind::NotFound => LiveRestore::Off(format!(
-            "{} does not exist and dockerd's default is off (unless dockerd is started with --live-restore; say so with the live-restore option)",
-            config_file.display()
-        )),
+        Err(e) if e.kind() == ErrorKind::NotFound => default_off(
+            cmdline_read,
+            format!("{} does not exist", config_file.display()),
+        ),
         Err(e) => LiveRestore::Unknown(format!("cannot read {}: {e}", config_file.display())),
     }
 }
@@ -166,7 +183,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let pf = d.path().join("none.pid");
         let dj = d.path().join("daemon.json");
-        assert!(matches!(live_restore(None, &pf, &dj), LiveRestore::Off(_)));
+        // dockerd stopped and no daemon.json: its unit file may pass --live-restore.
+        assert!(
+            matches!(live_restore(None, &pf, &dj), LiveRestore::Unknown(_)),
+            "no setting and no running dockerd is unknown, not off"
+        );
         fs::write(
             &dj,
             br#"{"live-restore": true, "storage-driver": "overlay2"}"#,
@@ -187,10 +208,23 @@ mod tests {
         assert!(matches!(lr, LiveRestore::Unknown(_)));
         assert!(lr.warning().unwrap().contains("KILLS EVERY CONTAINER"));
         fs::write(&dj, br#"{}"#).unwrap();
+        assert!(matches!(
+            live_restore(None, &pf, &dj),
+            LiveRestore::Unknown(_)
+        ));
+        fs::write(&dj, br#"{"live-restore": false}"#).unwrap();
         assert!(live_restore(None, &pf, &dj)
             .warning()
             .unwrap()
             .contains("live-restore is OFF"));
+        // A running process's command line without the flag proves the default (off). Our
+        // own test process stands in for dockerd: its command line has no --live-restore.
+        fs::write(&pf, std::process::id().to_string()).unwrap();
+        fs::write(&dj, br#"{}"#).unwrap();
+        assert!(
+            matches!(live_restore(None, &pf, &dj), LiveRestore::Off(_)),
+            "a read command line without the flag and no key is off"
+        );
     }
 
     #[test]

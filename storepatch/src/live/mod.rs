@@ -4,3 +4,5 @@
 pub mod cri;
 
 pub mod docker;
+
+pub(crate) mod runtime;

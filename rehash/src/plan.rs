@@ -7,21 +7,39 @@
 //! was created (or we do not understand it), and the kubelet restarting that container is the
 //! right outcome — rewriting would suppress it.
 
-use crate::pods::{ContainerType, PodIndex};
+use crate::error::Error;
+use crate::pods::{ContainerState, ContainerType, PodIndex};
 use hashcompat::{ContainerHashes, Hash, KubeletVersion, SpecError};
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use storepatch::{RecordKind, Rewrite, RuntimeKind, ScanReport, StoreRecord};
+use storepatch::{RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreRecord};
 
-/// `--from`.
+/// The version of the report this crate writes (docs/report.md); [`Plan::from_json`] reads
+/// only this one.
+pub const REPORT_FORMAT: u32 = 1;
+
+/// Which kubelet the node runs now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FromVersion {
+pub enum From {
+    /// Found from the stored hashes: the versions every proven container agrees on.
     Auto,
+    /// Given by the operator; every container is judged against it.
     Version(KubeletVersion),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// What a store record is, as the report tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordClass {
+    /// A container (of the kubelet or not).
+    Container,
+    /// A pod sandbox.
+    Sandbox,
+}
+
+/// What patch does with one record, and why the kubelet will or will not restart it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Action {
     /// Proven, and the target differs: the stored value is rewritten.
@@ -32,97 +50,147 @@ pub enum Action {
     Unproven,
     /// No such pod/container in the pods list: the kubelet will kill it, not restart it.
     Orphan,
+    /// A pod sandbox: carries no container hash.
     Sandbox,
+    /// Not created by the kubelet; never touched.
     NotKubernetes,
     /// The store record could not be decoded (by us, and maybe by the runtime).
     Undecodable,
 }
 
 /// One line of the plan (the JSON report's `records[]`; a stable contract, see docs/report.md).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanRecord {
+    /// The runtime's container id.
     pub id: String,
-    pub kind: &'static str,
+    /// Container or sandbox.
+    pub kind: RecordClass,
+    /// Pod namespace, from the store's labels.
     pub namespace: Option<String>,
+    /// Pod name, from the store's labels.
     pub pod: Option<String>,
+    /// Pod uid, from the store's labels: what ties the record to a pod spec.
     pub pod_uid: Option<String>,
+    /// Container name, from the store's labels.
     pub container: Option<String>,
+    /// How the kubelet treats the container (decides whether it compares the hash).
     pub container_type: Option<ContainerType>,
+    /// The kubelet's restart attempt number.
     pub attempt: Option<u32>,
-    pub state: Option<&'static str>,
+    /// The state pod status reports for this id.
+    pub state: Option<ContainerState>,
+    /// The pid the runtime recorded: `verify --live` checks it is unchanged.
     pub pid: Option<u32>,
+    /// The image reference the runtime recorded.
     pub image: Option<String>,
+    /// The hash in the store, exactly as stored (it may be damaged, so it stays text).
     pub stored_hash: Option<String>,
-    pub from_hash: Option<String>,
-    pub target_hash: Option<String>,
+    /// What the node's current kubelet computes for the spec.
+    pub from_hash: Option<Hash>,
+    /// What the target kubelet will compute.
+    pub target_hash: Option<Hash>,
+    /// `hashWithoutResources` in the store, exactly as stored.
     pub stored_hash_without_resources: Option<String>,
-    pub from_hash_without_resources: Option<String>,
-    pub target_hash_without_resources: Option<String>,
+    /// What the current kubelet computes as `hashWithoutResources`.
+    pub from_hash_without_resources: Option<Hash>,
+    /// The `hashWithoutResources` patch writes (only where the store holds one).
+    pub target_hash_without_resources: Option<Hash>,
+    /// What patch does.
     pub action: Action,
+    /// Why, in a sentence an operator can act on.
     pub reason: String,
+    /// Whether the target kubelet restarts the container if nothing is rewritten.
     pub would_restart_without_rewrite: bool,
+    /// Whether it restarts the container even after the rewrite.
     pub would_restart_after_rewrite: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// The counts an operator decides on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// Records that are kubelet containers (rewrite, unchanged, unproven, orphan).
     pub containers: usize,
+    /// Pod sandboxes.
     pub sandboxes: usize,
+    /// How many records get each action.
     pub actions: BTreeMap<Action, usize>,
+    /// Containers the target kubelet restarts without a rewrite.
     pub would_restart_without_rewrite: usize,
+    /// Containers it restarts even after the rewrite.
     pub would_restart_after_rewrite: usize,
+    /// The same in one sentence.
     pub sentence: String,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+/// Where the time went, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
+    /// Reading the store.
     pub scan_ms: f64,
+    /// Hashing every distinct spec for every version needed.
     pub hash_ms: f64,
+    /// Hashing and deciding.
     pub plan_ms: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Backup and rewrite (patch only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_and_apply_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Reading back what was written (patch only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_ms: Option<f64>,
+    /// The whole command.
     pub total_ms: f64,
 }
 
-/// The whole report (`-o json`).
-#[derive(Debug, Clone, Serialize)]
-pub struct Plan {
-    pub format: u32,
-    pub from: Option<KubeletVersion>,
-    /// With `--from auto`: every version consistent with all proven containers.
-    pub from_candidates: Vec<KubeletVersion>,
-    pub to: KubeletVersion,
-    pub runtime: RuntimeKind,
-    pub root: String,
-    pub records: Vec<PlanRecord>,
-    pub summary: Summary,
-    pub warnings: Vec<String>,
-    pub timings: Timings,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backup_dir: Option<String>,
+/// Which step wrote a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    /// `plan` (or `patch --dry-run`, or offline `verify`): nothing was written.
+    #[default]
+    Plan,
+    /// `patch`: the store was rewritten as the records say.
+    Patch,
 }
 
-/// Plan failures that are not about one record.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PlanError {
-    /// Maps to exit code 2.
-    #[error("{0}")]
-    Usage(String),
-    /// Maps to exit code 3: we refuse to guess.
-    #[error("{0}")]
-    Refused(String),
+/// The whole report (`-o json`, `--report`, `report.json` in the backup).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// [`REPORT_FORMAT`].
+    pub format: u32,
+    /// Which step wrote it. Reports written before the field existed read as `plan`, unless
+    /// they name a backup (only `patch` wrote one).
+    #[serde(default)]
+    pub stage: Stage,
+    /// The node's current kubelet version (with `From::Auto`, the oldest candidate).
+    pub from: Option<KubeletVersion>,
+    /// With `From::Auto`: every version consistent with all proven containers.
+    pub from_candidates: Vec<KubeletVersion>,
+    /// The target kubelet version.
+    pub to: KubeletVersion,
+    /// Which runtime's store was read.
+    pub runtime: RuntimeKind,
+    /// The store root.
+    pub root: String,
+    /// The runtime's API endpoint, where `verify --live` asks after the restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// One line per store record.
+    pub records: Vec<PlanRecord>,
+    /// The counts.
+    pub summary: Summary,
+    /// Hazards outside the hash an operator must know before the window.
+    pub warnings: Vec<String>,
+    /// Where the time went.
+    pub timings: Timings,
+    /// Where `patch` put the backup and its copy of this report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_dir: Option<String>,
 }
 
 type Hashes = Vec<Result<ContainerHashes, SpecError>>;
 /// The hashes of one version out of a [`Hashes`] row.
 type HashesAt<'f> =
     &'f dyn Fn(&Hashes, KubeletVersion) -> Option<Result<ContainerHashes, SpecError>>;
-
-fn hex(h: Hash) -> String {
-    h.to_string()
-}
 
 /// Whether the target kubelet compares the hash of this container at all: running regular
 /// containers always, running native sidecars from 1.32 on; exited, created-but-never-started,
@@ -139,26 +207,120 @@ fn compared(ctype: ContainerType, running: bool, to: KubeletVersion) -> bool {
     }
 }
 
-pub struct PlanInput<'p, 'a> {
+impl Plan {
+    /// Plans a node: reads every record of `store` (never writes) and decides, for each, what
+    /// the kubelet `to` will compute and whether the stored hash is proven for `from`.
+    /// `pods` is `kubectl get pods -A --field-selector spec.nodeName=NODE -o json`.
+    pub fn build(
+        pods: &[u8],
+        store: &dyn RuntimeStore,
+        from: From,
+        to: KubeletVersion,
+    ) -> Result<Plan, Error> {
+        let pods = PodIndex::parse(pods)?;
+        Plan::from_pods(&pods, store, from, to)
+    }
+
+    /// [`Plan::build`] with pods already parsed.
+    pub fn from_pods(
+        pods: &PodIndex<'_>,
+        store: &dyn RuntimeStore,
+        from: From,
+        to: KubeletVersion,
+    ) -> Result<Plan, Error> {
+        let t0 = std::time::Instant::now();
+        let scan = store.scan()?;
+        let scan_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let mut plan = make_plan(&PlanInput {
+            pods,
+            scan: &scan,
+            runtime: store.kind(),
+            root: store.root().display().to_string(),
+            from,
+            to,
+        })?;
+        plan.endpoint = Some(store.endpoint());
+        plan.timings.scan_ms = scan_ms;
+        plan.timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(plan)
+    }
+
+    /// The rewrites this plan asks for.
+    pub fn rewrites(&self) -> Vec<Rewrite> {
+        self.records
+            .iter()
+            .filter(|r| r.action == Action::Rewrite)
+            .map(|r| Rewrite {
+                id: r.id.clone(),
+                hash: r.target_hash.expect("a rewrite has a target"),
+                hash_without_resources: r.target_hash_without_resources,
+            })
+            .collect()
+    }
+
+    /// Whether some container restarts even after the rewrite (exit code 4 of `plan`/`patch`).
+    pub fn incomplete(&self) -> bool {
+        self.summary.would_restart_after_rewrite > 0
+    }
+
+    /// The report as pretty JSON, as `-o json` prints it.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("a plan always serializes")
+    }
+
+    /// Reads a report back: a JSON object of [`REPORT_FORMAT`]; anything else is
+    /// [`Error::Report`].
+    pub fn from_json(bytes: &[u8]) -> Result<Plan, Error> {
+        let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| Error::Report {
+            reason: format!("not JSON: {e}"),
+        })?;
+        match v.get("format").and_then(|f| f.as_u64()) {
+            Some(f) if f == u64::from(REPORT_FORMAT) => {}
+            Some(f) => {
+                return Err(Error::Report {
+                    reason: format!(
+                        "report format {f}; this kubelet-rehash reads format {REPORT_FORMAT}"
+                    ),
+                })
+            }
+            None => {
+                return Err(Error::Report {
+                    reason: "no \"format\" number: not a kubelet-rehash report".into(),
+                })
+            }
+        }
+        serde_json::from_value(v).map_err(|e| Error::Report {
+            reason: format!("not a kubelet-rehash report: {e}"),
+        })
+    }
+
+    /// Whether `patch` wrote this report (it names a backup, or says so).
+    pub fn is_patch_report(&self) -> bool {
+        self.stage == Stage::Patch || self.backup_dir.is_some()
+    }
+}
+
+/// What [`make_plan`] decides from.
+pub(crate) struct PlanInput<'p, 'a> {
     pub pods: &'p PodIndex<'a>,
     pub scan: &'p ScanReport,
     pub runtime: RuntimeKind,
     pub root: String,
-    pub from: FromVersion,
+    pub from: From,
     pub to: KubeletVersion,
 }
 
-pub fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, PlanError> {
+pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
     let started = std::time::Instant::now();
     let versions = KubeletVersion::all();
     let wanted: Vec<KubeletVersion> = match input.from {
-        FromVersion::Auto => versions.clone(),
-        FromVersion::Version(f) => {
+        From::Auto => versions.clone(),
+        From::Version(f) => {
             if f > input.to {
-                return Err(PlanError::Usage(format!(
-                    "--to {} is older than --from {f}: a kubelet is never downgraded in place",
-                    input.to
-                )));
+                return Err(Error::Downgrade {
+                    from: format!("--from {f}"),
+                    to: input.to,
+                });
             }
             let mut v = vec![f, input.to];
             v.dedup();
@@ -210,8 +372,8 @@ pub fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, PlanError> {
     };
 
     let (from, from_candidates) = match input.from {
-        FromVersion::Version(f) => (Some(f), vec![f]),
-        FromVersion::Auto => {
+        From::Version(f) => (Some(f), vec![f]),
+        From::Auto => {
             let mut agreed: Option<BTreeSet<KubeletVersion>> = None;
             let mut proven_any = false;
             let mut disagreeing: Vec<String> = Vec::new();
@@ -258,27 +420,26 @@ pub fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, PlanError> {
                 }
             }
             if !proven_any {
-                return Err(PlanError::Refused(
-                    "--from auto: no container's stored hash matches any kubelet version 1.8–1.36 for the pod specs given; is this the right pods file for this node? Give --from to see per-container reasons".into(),
-                ));
+                return Err(Error::NothingProven);
             }
             if !disagreeing.is_empty() {
-                return Err(PlanError::Refused(format!(
-                    "--from auto: the containers do not agree on one kubelet version (the others agree on {}): {}; give --from explicitly",
-                    ranges(agreed.as_ref().expect("some container agreed")),
-                    disagreeing.join("; ")
-                )));
+                return Err(Error::FromDisagreement {
+                    agreed: ranges(agreed.as_ref().expect("some container agreed")),
+                    disagreeing: disagreeing.join("; "),
+                });
             }
             let agreed: Vec<KubeletVersion> = agreed.expect("proven").into_iter().collect();
             // All candidates give every proven container the same hash, so any of them plans
             // the same actions; report the oldest (the range is in `from_candidates`).
             let from = agreed[0];
             if from > input.to {
-                return Err(PlanError::Usage(format!(
-                    "--to {} is older than the node's kubelet ({}): a kubelet is never downgraded in place",
-                    input.to,
-                    ranges(&agreed.iter().copied().collect())
-                )));
+                return Err(Error::Downgrade {
+                    from: format!(
+                        "the node's kubelet ({})",
+                        ranges(&agreed.iter().copied().collect())
+                    ),
+                    to: input.to,
+                });
             }
             (Some(from), agreed)
         }
@@ -294,12 +455,14 @@ pub fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, PlanError> {
     warnings.extend(hazards(input, from_v, &records));
     let plan_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(Plan {
-        format: 1,
+        format: REPORT_FORMAT,
+        stage: Stage::Plan,
         from,
         from_candidates,
         to: input.to,
         runtime: input.runtime,
         root: input.root.clone(),
+        endpoint: None,
         records,
         summary,
         warnings,
@@ -363,15 +526,15 @@ fn plan_record(
     let spec = spec_of(input.pods, r);
     let state = input.pods.status_by_id.get(&r.id).map(|s| s.state);
     let running = match state {
-        Some(s) => s == "running",
+        Some(s) => s == ContainerState::Running,
         None => r.pid.is_some_and(|p| p > 0),
     };
     let mut p = PlanRecord {
         id: r.id.clone(),
         kind: if r.kind == RecordKind::Sandbox {
-            "sandbox"
+            RecordClass::Sandbox
         } else {
-            "container"
+            RecordClass::Container
         },
         namespace: r.namespace.clone(),
         pod: r.pod.clone(),
@@ -435,15 +598,15 @@ fn plan_record(
             return p;
         }
     };
-    p.target_hash = Some(hex(target.hash));
+    p.target_hash = Some(target.hash);
     p.target_hash_without_resources = if r.hash_without_resources.is_some() {
-        target.hash_without_resources.map(hex)
+        target.hash_without_resources
     } else {
         None
     };
     if let Ok(f) = &from_h {
-        p.from_hash = Some(hex(f.hash));
-        p.from_hash_without_resources = f.hash_without_resources.map(hex);
+        p.from_hash = Some(f.hash);
+        p.from_hash_without_resources = f.hash_without_resources;
     }
     let cmp = compared(spec.ctype, running, input.to);
     let stored = r.hash.as_deref().and_then(|s| s.parse::<Hash>().ok());
@@ -490,7 +653,10 @@ fn summarize(records: &[PlanRecord], to: KubeletVersion) -> Summary {
     for r in records {
         *actions.entry(r.action).or_insert(0) += 1;
     }
-    let sandboxes = records.iter().filter(|r| r.kind == "sandbox").count();
+    let sandboxes = records
+        .iter()
+        .filter(|r| r.kind == RecordClass::Sandbox)
+        .count();
     let containers = records
         .iter()
         .filter(|r| {
@@ -564,17 +730,4 @@ fn hazards(input: &PlanInput<'_, '_>, from: KubeletVersion, records: &[PlanRecor
         ));
     }
     w
-}
-
-/// The rewrites a plan asks for.
-pub fn rewrites(plan: &Plan) -> Vec<Rewrite> {
-    plan.records
-        .iter()
-        .filter(|r| r.action == Action::Rewrite)
-        .map(|r| Rewrite {
-            id: r.id.clone(),
-            hash: r.target_hash.clone().expect("a rewrite has a target"),
-            hash_without_resources: r.target_hash_without_resources.clone(),
-        })
-        .collect()
 }

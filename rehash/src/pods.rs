@@ -5,42 +5,66 @@ use hashcompat::{parse_json, Node, NodeValue};
 use std::collections::HashMap;
 
 /// How the kubelet treats a container (decides whether a changed hash restarts it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ContainerType {
+    /// A regular container.
     Container,
     /// An init container that runs to completion.
     Init,
     /// An init container with `restartPolicy: Always` (native sidecar, 1.28+).
     Sidecar,
+    /// An ephemeral (debug) container.
     Ephemeral,
+}
+
+/// The state pod status gives a runtime container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerState {
+    /// Running now.
+    Running,
+    /// Terminated (or the previous attempt of a restarted container).
+    Exited,
+    /// Created or waiting to start.
+    Waiting,
 }
 
 /// One container spec of a pod.
 #[derive(Debug, Clone)]
 pub struct PodContainer<'a> {
+    /// The container's name (unique within the pod).
     pub name: String,
+    /// How the kubelet treats it.
     pub ctype: ContainerType,
+    /// The spec exactly as the API server served it: the bytes the kubelet decodes.
     pub spec: Node<'a>,
 }
 
+/// One pod of the node.
 #[derive(Debug, Clone)]
 pub struct Pod<'a> {
+    /// `metadata.namespace`.
     pub namespace: String,
+    /// `metadata.name`.
     pub name: String,
+    /// `metadata.uid`: what the runtime's labels tie each container to.
     pub uid: String,
+    /// Init, regular and ephemeral containers.
     pub containers: Vec<PodContainer<'a>>,
 }
 
 /// What pod status says about one runtime container id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusEntry {
-    /// `running`, `exited` or `waiting`.
-    pub state: &'static str,
+    /// The container's state.
+    pub state: ContainerState,
 }
 
+/// The node's pods, by uid, and the status of every runtime container id they list.
 #[derive(Debug, Default)]
 pub struct PodIndex<'a> {
+    /// Every pod, in file order.
     pub pods: Vec<Pod<'a>>,
     by_uid: HashMap<String, usize>,
     /// Runtime container id (without `docker://` etc.) → state, from pod status.
@@ -163,9 +187,9 @@ impl<'a> PodIndex<'a> {
                     for st in array(status.get(list)) {
                         if let Some(id) = str_at(st, &["containerID"]).filter(|s| !s.is_empty()) {
                             let state = match st.get("state") {
-                                Some(s) if s.get("running").is_some() => "running",
-                                Some(s) if s.get("terminated").is_some() => "exited",
-                                _ => "waiting",
+                                Some(s) if s.get("running").is_some() => ContainerState::Running,
+                                Some(s) if s.get("terminated").is_some() => ContainerState::Exited,
+                                _ => ContainerState::Waiting,
                             };
                             index.status_by_id.insert(
                                 strip_runtime_prefix(id).to_string(),
@@ -178,7 +202,9 @@ impl<'a> PodIndex<'a> {
                             index
                                 .status_by_id
                                 .entry(strip_runtime_prefix(id).to_string())
-                                .or_insert(StatusEntry { state: "exited" });
+                                .or_insert(StatusEntry {
+                                    state: ContainerState::Exited,
+                                });
                         }
                     }
                 }
@@ -194,6 +220,7 @@ impl<'a> PodIndex<'a> {
         Ok(index)
     }
 
+    /// The pod with this uid.
     pub fn pod(&self, uid: &str) -> Option<&Pod<'a>> {
         self.by_uid.get(uid).map(|&i| &self.pods[i])
     }

@@ -1,0 +1,167 @@
+//! What operators read is reviewed, not incidental: every `--help` text, the plan table and
+//! the JSON report of each bundled node, and the patch report, as insta snapshots
+//! (`cli/tests/snapshots/`). A change to any of them fails here until the new text is
+//! accepted (`INSTA_UPDATE=always cargo test -p kubelet-rehash --test snapshots`, then review
+//! the diff in git; or `cargo insta review`).
+//!
+//! The commands run inside each node's directory with relative paths, so no checkout path
+//! appears in the output; timings and the temp backup path are redacted.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_kubelet-rehash")
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+}
+
+/// Each bundled node, the flags that name its store (relative to the node's directory), and
+/// the target its snapshot plans for.
+const NODES: [(&str, &str, &[&str]); 4] = [
+    (
+        "containerd-1.6",
+        "1.31",
+        &["--runtime", "containerd", "--root", "var/lib/containerd"],
+    ),
+    (
+        "containerd-1.7",
+        "1.31",
+        &["--runtime", "containerd", "--root", "var/lib/containerd"],
+    ),
+    (
+        "crio-1.30",
+        "1.31",
+        &[
+            "--runtime",
+            "crio",
+            "--root",
+            "var/lib/containers/storage",
+            "--runroot",
+            "run/containers/storage",
+        ],
+    ),
+    (
+        "docker-20.10",
+        "1.24",
+        &[
+            "--runtime",
+            "docker",
+            "--root",
+            "var/lib/docker",
+            "--live-restore",
+            "true",
+        ],
+    ),
+];
+
+/// Runs the binary in `dir` with a running check pointed at nothing.
+fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin())
+        .current_dir(dir)
+        .args(args)
+        .args([
+            "--runtime-socket",
+            "no-runtime.sock",
+            "--runtime-pidfile",
+            "no-runtime.pid",
+        ])
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).expect("stdout is UTF-8"),
+        String::from_utf8(out.stderr).expect("stderr is UTF-8"),
+    )
+}
+
+/// The report as printed, with every timing (the only part that changes run to run) replaced
+/// by `"[ms]"`. Redacting by hand keeps the snapshot the report's own text: the workspace's
+/// serde_json has `arbitrary_precision`, which insta's own JSON rendering would show.
+fn without_timings(json: &str) -> String {
+    let mut report: serde_json::Value = serde_json::from_str(json).expect("the report is JSON");
+    let timings = report["timings"]
+        .as_object_mut()
+        .expect("the report has timings");
+    assert!(!timings.is_empty(), "the report has timings");
+    for v in timings.values_mut() {
+        assert!(v.is_number(), "a timing is a number: {v}");
+        *v = serde_json::Value::String("[ms]".into());
+    }
+    serde_json::to_string_pretty(&report).unwrap()
+}
+
+#[test]
+fn help_texts() {
+    for sub in [
+        None,
+        Some("plan"),
+        Some("patch"),
+        Some("verify"),
+        Some("rollback"),
+        Some("hash"),
+        Some("versions"),
+    ] {
+        let mut cmd = Command::new(bin());
+        cmd.args(sub).arg("--help");
+        let out = cmd.output().expect("the binary runs");
+        assert!(out.status.success(), "--help of {sub:?} exits 0");
+        let name = format!("help-{}", sub.unwrap_or("main"));
+        insta::assert_snapshot!(name, String::from_utf8(out.stdout).unwrap());
+    }
+}
+
+#[test]
+fn plan_table_and_report_of_every_bundled_node() {
+    for (node, to, store) in NODES {
+        let dir = fixtures().join("nodes").join(node);
+        let mut args = vec!["plan", "--pods", "pods.json", "--to", to];
+        args.extend(store);
+        let (code, table, err) = run_in(&dir, &args);
+        assert!(
+            code == 0 || code == 4,
+            "{node}: plan exits 0 or 4, not {code}: {err}"
+        );
+        insta::assert_snapshot!(format!("plan-table-{node}"), table);
+        args.extend(["-o", "json"]);
+        let (code, json, err) = run_in(&dir, &args);
+        assert!(code == 0 || code == 4, "{node}: plan -o json: {err}");
+        insta::assert_snapshot!(format!("plan-report-{node}"), without_timings(&json));
+    }
+}
+
+#[test]
+fn patch_report_of_the_containerd_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(fixtures().join("nodes/containerd-1.7"))
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let dir = tmp.path().join("containerd-1.7");
+    let (code, json, err) = run_in(
+        &dir,
+        &[
+            "patch",
+            "--pods",
+            "pods.json",
+            "--to",
+            "1.31",
+            "--runtime",
+            "containerd",
+            "--root",
+            "var/lib/containerd",
+            "--backup-dir",
+            "backup",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(code, 4, "one container's spec really changed: {err}");
+    insta::assert_snapshot!("patch-stderr-containerd-1.7", err);
+    insta::assert_snapshot!("patch-report-containerd-1.7", without_timings(&json));
+}

@@ -1,0 +1,138 @@
+//! One error type for the whole workflow. Every variant belongs to an [`ErrorClass`], which is
+//! what a caller acts on (the CLI maps it to its documented exit codes in one place); the
+//! message says what to do.
+
+use hashcompat::KubeletVersion;
+use std::path::PathBuf;
+use storepatch::runtime::DetectError;
+use storepatch::StoreError;
+
+/// What kind of "no" an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Something broke (I/O, a damaged store, a read-back that disagrees): exit 1.
+    Failure,
+    /// The request itself is wrong (bad pods file, unknown root, not a report): exit 2.
+    Usage,
+    /// Refused on purpose, nothing written (runtime running, pre-check, conflict): exit 3.
+    Refused,
+}
+
+/// Why a workflow step did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The pods file cannot be used.
+    #[error(transparent)]
+    Pods(#[from] crate::pods::PodsError),
+
+    /// The target is older than the node's kubelet.
+    #[error("--to {to} is older than {from}: a kubelet is never downgraded in place")]
+    Downgrade {
+        /// The node's version as given (`--from 1.30`) or found (`the node's kubelet (…)`).
+        from: String,
+        /// The target asked for.
+        to: KubeletVersion,
+    },
+
+    /// `From::Auto` found no container whose stored hash any version reproduces.
+    #[error("--from auto: no container's stored hash matches any kubelet version 1.8–1.36 for the pod specs given; is this the right pods file for this node? Give --from to see per-container reasons")]
+    NothingProven,
+
+    /// `From::Auto`: the containers prove different versions.
+    #[error("--from auto: the containers do not agree on one kubelet version (the others agree on {agreed}): {disagreeing}; give --from explicitly")]
+    FromDisagreement {
+        /// The versions most containers agree on.
+        agreed: String,
+        /// The containers that disagree, and with what.
+        disagreeing: String,
+    },
+
+    /// No store could be found or chosen.
+    #[error(transparent)]
+    Detect(#[from] DetectError),
+
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+
+    /// A file given as a report is not one this version reads.
+    #[error("report: {reason}")]
+    Report {
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// `verify --live` was given a report it cannot check anything with.
+    #[error("{0}")]
+    NothingToVerify(String),
+
+    /// The plan given to `patch` was made from another store.
+    #[error("the plan was made for the {plan_runtime} store at {plan_root}, not for the {store_runtime} store at {store_root}; plan this store")]
+    PlanMismatch {
+        /// The plan's runtime.
+        plan_runtime: &'static str,
+        /// The plan's root.
+        plan_root: String,
+        /// The store's runtime.
+        store_runtime: &'static str,
+        /// The store's root.
+        store_root: String,
+    },
+
+    /// After the rewrite, reading the store back does not give the targets. The report
+    /// (with the backup directory) is carried so it can still be written.
+    #[error("after the rewrite {} record(s) do not hold their target hash: {}; roll back with `kubelet-rehash rollback --backup-dir {}`", ids.len(), ids.join(", "), backup_dir.display())]
+    ReadBack {
+        /// The records that do not hold their target.
+        ids: Vec<String>,
+        /// The backup of the originals.
+        backup_dir: PathBuf,
+        /// The patch report as far as it got.
+        report: Box<crate::Plan>,
+    },
+
+    /// Byte rollback found a file changed since the patch; nothing was restored.
+    #[error("{source}. If the runtime has run since the patch (containerd commits to meta.db at every start), `rollback --values --backup-dir {}` writes the old hash values back instead, after checking that every rewritten container still holds exactly the value we wrote", backup_dir.display())]
+    RollbackConflict {
+        /// The store's refusal, naming the file.
+        source: StoreError,
+        /// The backup that was not restored.
+        backup_dir: PathBuf,
+    },
+
+    /// A value rollback found containers it must not touch; nothing was written.
+    #[error("value rollback refused, nothing written: {0}")]
+    ValueRollbackConflict(String),
+
+    /// Reading or writing a file of ours failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The class a caller acts on.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::Pods(_)
+            | Error::Downgrade { .. }
+            | Error::Detect(_)
+            | Error::Report { .. }
+            | Error::NothingToVerify(_)
+            | Error::PlanMismatch { .. } => ErrorClass::Usage,
+            Error::NothingProven
+            | Error::FromDisagreement { .. }
+            | Error::RollbackConflict { .. }
+            | Error::ValueRollbackConflict(_) => ErrorClass::Refused,
+            // A root that is not there is a wrong argument, not a refusal (docs: exit 2).
+            Error::Store(StoreError::RootMissing(_)) => ErrorClass::Usage,
+            Error::Store(e) if e.is_refusal() => ErrorClass::Refused,
+            Error::Store(_) | Error::ReadBack { .. } | Error::Io { .. } => ErrorClass::Failure,
+        }
+    }
+}

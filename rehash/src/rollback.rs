@@ -1,0 +1,160 @@
+//! rollback: restore the backup's bytes, or write the previous hash values back.
+
+use crate::error::Error;
+use crate::node::{unix_now, StoreLocation};
+use crate::plan::{Action, Plan};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use storepatch::backup::RollbackReport;
+use storepatch::{Hash, Rewrite, RuntimeStore, StoreError, StoreRecord};
+
+/// Opens the store a backup was taken of: the manifest's runtime and root, unless `location`
+/// names them.
+pub fn open_backed_up_store(
+    backup_dir: &Path,
+    location: &StoreLocation,
+) -> Result<Box<dyn RuntimeStore>, Error> {
+    let manifest = storepatch::backup::read_manifest(backup_dir)?;
+    let mut loc = location.clone();
+    if loc.runtime.is_none() {
+        loc.runtime = Some(manifest.runtime.parse().map_err(|_| {
+            StoreError::Backup(format!(
+                "the manifest names runtime {:?}, which this kubelet-rehash does not know",
+                manifest.runtime
+            ))
+        })?);
+    }
+    loc.root.get_or_insert(manifest.store_root.clone());
+    loc.open()
+}
+
+/// Restores every file of the backup byte for byte, after checking every one of them (a file
+/// that matches neither side of the manifest refuses the whole rollback, naming it).
+/// `accept_unrecorded` restores a file whose patched sha256 was never recorded (a crash in
+/// the middle of a patch).
+pub fn rollback(
+    backup_dir: &Path,
+    location: &StoreLocation,
+    accept_unrecorded: bool,
+) -> Result<RollbackReport, Error> {
+    let store = open_backed_up_store(backup_dir, location)?;
+    store.ensure_stopped()?;
+    storepatch::backup::rollback(backup_dir, accept_unrecorded).map_err(|e| match e {
+        e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
+            source: e,
+            backup_dir: backup_dir.to_path_buf(),
+        },
+        e => e.into(),
+    })
+}
+
+/// What [`rollback_values`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueRollback {
+    /// Containers whose previous hash was written back.
+    pub restored: usize,
+    /// Containers that already held it.
+    pub already: usize,
+    /// The backup of this undo (`<backup>/undo-<unix time>`), when something was written.
+    pub undo_backup: Option<PathBuf>,
+}
+
+/// Value-level undo: for every container the patch rewrote (from `report.json` in the backup
+/// dir), checks that the store still holds exactly the value the patch wrote, then writes the
+/// previous value back through the store's normal apply (with a backup of its own). For stores
+/// the runtime has written to since the patch (containerd commits to meta.db at every start),
+/// where restoring bytes would lose the runtime's own changes.
+pub fn rollback_values(
+    backup_dir: &Path,
+    store: &dyn RuntimeStore,
+) -> Result<ValueRollback, Error> {
+    store.ensure_stopped()?;
+    let report_path = backup_dir.join("report.json");
+    // Without the report we cannot know what the patch wrote: refuse, write nothing.
+    let bytes = std::fs::read(&report_path).map_err(|e| {
+        Error::ValueRollbackConflict(format!(
+            "{}: {e}: a value rollback needs the patch report",
+            report_path.display()
+        ))
+    })?;
+    let report = Plan::from_json(&bytes)
+        .map_err(|e| Error::ValueRollbackConflict(format!("{}: {e}", report_path.display())))?;
+    let scan = store.scan()?;
+    let now: HashMap<&str, &StoreRecord> =
+        scan.records.iter().map(|r| (r.id.as_str(), r)).collect();
+    let mut undo = Vec::new();
+    let mut already = 0;
+    let mut conflicts = Vec::new();
+    let text = |h: Option<Hash>| h.map(|h| h.to_string());
+    for r in report
+        .records
+        .iter()
+        .filter(|r| r.action == Action::Rewrite)
+    {
+        let id = r.id.as_str();
+        let (Some(old), Some(new)) = (r.stored_hash.as_deref(), text(r.target_hash)) else {
+            conflicts.push(format!("{id}: the report lacks its hashes"));
+            continue;
+        };
+        let Some(old_hash) = old.parse::<Hash>().ok() else {
+            conflicts.push(format!(
+                "{id}: the report's previous hash {old:?} is not a kubelet hash"
+            ));
+            continue;
+        };
+        let old_wr = r.stored_hash_without_resources.as_deref();
+        let new_wr = text(r.target_hash_without_resources);
+        let Some(cur) = now.get(id) else {
+            conflicts.push(format!("{id}: no longer in the store"));
+            continue;
+        };
+        let cur_h = cur.hash.as_deref();
+        let cur_wr = cur.hash_without_resources.as_deref();
+        if cur_h == Some(old) && (new_wr.is_none() || cur_wr == old_wr) {
+            already += 1;
+            continue;
+        }
+        if cur_h != Some(new.as_str()) || (new_wr.is_some() && cur_wr != new_wr.as_deref()) {
+            conflicts.push(format!(
+                "{id}: holds {} but the patch wrote {new}: changed since, not ours to undo",
+                cur_h.unwrap_or("(none)")
+            ));
+            continue;
+        }
+        let old_wr_hash = match (new_wr.is_some(), old_wr) {
+            (true, Some(w)) => match w.parse::<Hash>() {
+                Ok(h) => Some(h),
+                Err(_) => {
+                    conflicts.push(format!(
+                        "{id}: the report's previous hashWithoutResources {w:?} is not a kubelet hash"
+                    ));
+                    continue;
+                }
+            },
+            _ => None,
+        };
+        undo.push(Rewrite {
+            id: id.to_string(),
+            hash: old_hash,
+            hash_without_resources: old_wr_hash,
+        });
+    }
+    if !conflicts.is_empty() {
+        return Err(Error::ValueRollbackConflict(conflicts.join("; ")));
+    }
+    if undo.is_empty() {
+        return Ok(ValueRollback {
+            restored: 0,
+            already,
+            undo_backup: None,
+        });
+    }
+    let dir = backup_dir.join(format!("undo-{}", unix_now()));
+    let mut backup = storepatch::backup::Backup::create(&dir, store.kind().name(), store.root())?;
+    store.apply(&undo, &mut backup)?;
+    Ok(ValueRollback {
+        restored: undo.len(),
+        already,
+        undo_backup: Some(dir),
+    })
+}

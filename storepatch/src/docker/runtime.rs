@@ -1,0 +1,71 @@
+//! Docker's place in [`crate::runtime`]: a data-root holds `containers/`; the Engine API
+//! answers `verify --live`.
+
+use super::{DockerOptions, DockerStore};
+use crate::live::docker::DockerClient;
+use crate::runtime::{LiveContainer, Runtime, StoreOptions};
+use crate::{RuntimeKind, RuntimeStore, StoreError};
+use crate::{HASH_ANNOTATION, HASH_WITHOUT_RESOURCES_ANNOTATION};
+use std::path::Path;
+
+/// Docker (dockershim or cri-dockerd: both keep the kubelet's hash in the same labels).
+pub struct Docker;
+
+/// The Docker descriptor.
+pub static DOCKER: Docker = Docker;
+
+impl Runtime for Docker {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Docker
+    }
+    fn default_root(&self) -> &'static Path {
+        Path::new("/var/lib/docker")
+    }
+    fn default_endpoint(&self) -> String {
+        crate::runtime::unix_endpoint(&DockerOptions::default().socket)
+    }
+    fn looks_like(&self, root: &Path) -> bool {
+        root.join("containers").is_dir()
+    }
+    fn layout_hint(&self) -> String {
+        "a Docker data-root (no containers/)".into()
+    }
+    fn open(
+        &self,
+        root: &Path,
+        options: &StoreOptions,
+    ) -> Result<Box<dyn RuntimeStore>, StoreError> {
+        let mut o = DockerOptions::default();
+        if let Some(p) = &options.pidfile {
+            o.pidfile = p.clone();
+        }
+        if let Some(s) = &options.socket {
+            o.socket = s.clone();
+        }
+        if let Some(d) = &options.daemon_json {
+            o.daemon_json = d.clone();
+        }
+        o.live_restore = options.live_restore;
+        Ok(Box::new(DockerStore::with_options(root, o)?))
+    }
+    fn live_containers(&self, endpoint: &str) -> Result<Vec<LiveContainer>, StoreError> {
+        let socket = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+        let live = |e: String| StoreError::Live(format!("cannot ask dockerd at {endpoint}: {e}"));
+        let mut client = DockerClient::new(socket);
+        client.negotiate().map_err(|e| live(e.to_string()))?;
+        let all = client.inspect_all().map_err(|e| live(e.to_string()))?;
+        Ok(all
+            .into_iter()
+            .map(|c| {
+                let get = |k: &str| c.labels.get(&format!("annotation.{k}")).cloned();
+                LiveContainer {
+                    hash: get(HASH_ANNOTATION),
+                    hash_without_resources: get(HASH_WITHOUT_RESOURCES_ANNOTATION),
+                    running: c.running,
+                    pid: (c.pid != 0).then_some(c.pid),
+                    id: c.id,
+                }
+            })
+            .collect())
+    }
+}
