@@ -1,6 +1,6 @@
 //! The `kubelet-rehash` binary end to end on REAL daemons: a private dockerd 20.10 (live-restore,
 //! dockershim-shaped pods) and private containerd 1.6.20, 1.7.24 and 2.1.9 (kubelet-shaped pods
-//! through the CRI), the harnesses of storepatch's live tests (storepatch/tests/support/).
+//! through the CRI), the harnesses of storepatch's live tests (crate testtools).
 //!
 //! Each container's stored hash is the REAL kubelet hash (hashcompat) of a golden container spec
 //! (fixtures/golden/specs.jsonl) for the FROM version; the pods file lists those specs with pod
@@ -22,11 +22,6 @@
 //! Needs root, scripts/setup-docker.sh and scripts/setup-containerd.sh. The runtimes run one
 //! after another (one process-wide lock); Drop guards clean up even on failure.
 
-#[path = "../../storepatch/tests/support/containerd.rs"]
-mod ctd;
-#[path = "../../storepatch/tests/support/docker.rs"]
-mod dkr;
-
 use hashcompat::KubeletVersion;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +30,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use storepatch::live::cri::CriClient;
+use testtools::containerd as ctd;
+use testtools::cri::CriTestCalls;
+use testtools::docker as dkr;
 
 const HASH: &str = "io.kubernetes.container.hash";
 const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";

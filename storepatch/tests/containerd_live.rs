@@ -13,10 +13,7 @@
 //! its own root, state, socket and cgroup parent under a fresh temporary directory. A Drop
 //! guard stops pods, containerd and shims and unmounts everything even when a check fails.
 //! The harness (images, configs, the containerd instance and its guard) is shared with
-//! cli/tests/e2e_live.rs: tests/support/containerd.rs.
-
-#[path = "support/containerd.rs"]
-mod support;
+//! cli/tests/e2e_live.rs: testtools::containerd.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -27,7 +24,8 @@ use storepatch::backup::{self, Backup};
 use storepatch::containerd::{ContainerdOptions, ContainerdStore};
 use storepatch::live::cri::{CriClient, CriContainer};
 use storepatch::{RecordKind, Rewrite, RuntimeStore, StoreError};
-use support::*;
+use testtools::containerd::*;
+use testtools::cri::CriTestCalls;
 
 /// Extra pods whose containers are created but not started.
 const BULK_PODS: usize = 4;

@@ -8,10 +8,7 @@
 //! removes the containers, stops dockerd, kills what is left of our processes by pid (found by
 //! that unique path), unmounts what dockerd mounted there and removes the dir, even when an
 //! assertion fails. The harness (dockerd instance, image, guard) is shared with
-//! cli/tests/e2e_live.rs: tests/support/docker.rs.
-
-#[path = "support/docker.rs"]
-mod support;
+//! cli/tests/e2e_live.rs: testtools::docker.
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -22,7 +19,7 @@ use std::time::Instant;
 use storepatch::backup::{self, Backup, RollbackAction};
 use storepatch::docker::{DockerOptions, DockerStore, HASH_LABEL};
 use storepatch::{RecordKind, Rewrite, RuntimeStore, StoreError};
-use support::*;
+use testtools::docker::*;
 
 const UID: &str = "7d0e8c1a-1111-4a4a-9b9b-000000000001";
 
@@ -65,24 +62,7 @@ fn rewrite_on_a_real_dockerd_keeps_containers_running() {
     eprintln!("dockerd API {api}");
 
     // Image: imported from a tar built now from /bin/busybox.
-    let tar = busybox_rootfs_tar();
-    let r = c
-        .request(
-            "POST",
-            "/images/create?fromSrc=-&repo=docker.io/library/storetest&tag=1.0",
-            Some(("application/x-tar", &tar)),
-        )
-        .unwrap();
-    let text = String::from_utf8_lossy(&r.body);
-    assert!(
-        r.status == 200 && !text.contains("\"error"),
-        "image import: {} {text}",
-        r.status
-    );
-    let img: Value = c
-        .call("GET", "/images/docker.io/library/storetest:1.0/json", None)
-        .unwrap();
-    let image_id = img["Id"].as_str().unwrap().to_string();
+    let image_id = import_busybox_image(&c, "docker.io/library/storetest", "1.0");
 
     // The pod, shaped like dockershim's.
     let logdir = d.path(&format!("kubelet/log/pods/default_web-0_{UID}"));

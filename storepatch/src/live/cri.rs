@@ -1,6 +1,7 @@
-//! A small blocking client for the kubelet's CRI (`runtime.v1`) over a unix socket: enough to
-//! drive a CRI runtime the way the kubelet does (sandboxes, containers) and to read back what
-//! it reports after a restart (annotations, state, pid).
+//! A small blocking client for the kubelet's CRI (`runtime.v1`) over a unix socket: what
+//! `verify --live` needs to read back what a runtime reports after a restart (annotations,
+//! state, pid), on one generic call, [`CriClient::unary`], which the test harnesses (crate
+//! `testtools`) also use to drive a runtime the way the kubelet does.
 //!
 //! The messages are hand-written prost structs carrying only the fields we use; their names and
 //! field numbers are those of kubernetes/cri-api `pkg/apis/runtime/v1/api.proto` (fields we do
@@ -36,176 +37,11 @@ pub mod v1 {
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
     #[repr(i32)]
-    pub enum NamespaceMode {
-        Pod = 0,
-        Container = 1,
-        Node = 2,
-        Target = 3,
-    }
-
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-    #[repr(i32)]
     pub enum ContainerState {
         ContainerCreated = 0,
         ContainerRunning = 1,
         ContainerExited = 2,
         ContainerUnknown = 3,
-    }
-
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-    #[repr(i32)]
-    pub enum PodSandboxState {
-        SandboxReady = 0,
-        SandboxNotready = 1,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Mount {
-        #[prost(string, tag = "1")]
-        pub container_path: String,
-        #[prost(string, tag = "2")]
-        pub host_path: String,
-        #[prost(bool, tag = "3")]
-        pub readonly: bool,
-        #[prost(bool, tag = "4")]
-        pub selinux_relabel: bool,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct NamespaceOption {
-        #[prost(enumeration = "NamespaceMode", tag = "1")]
-        pub network: i32,
-        #[prost(enumeration = "NamespaceMode", tag = "2")]
-        pub pid: i32,
-        #[prost(enumeration = "NamespaceMode", tag = "3")]
-        pub ipc: i32,
-        #[prost(string, tag = "4")]
-        pub target_id: String,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Int64Value {
-        #[prost(int64, tag = "1")]
-        pub value: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LinuxSandboxSecurityContext {
-        #[prost(message, optional, tag = "1")]
-        pub namespace_options: Option<NamespaceOption>,
-        #[prost(message, optional, tag = "3")]
-        pub run_as_user: Option<Int64Value>,
-        #[prost(bool, tag = "4")]
-        pub readonly_rootfs: bool,
-        #[prost(bool, tag = "6")]
-        pub privileged: bool,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LinuxPodSandboxConfig {
-        #[prost(string, tag = "1")]
-        pub cgroup_parent: String,
-        #[prost(message, optional, tag = "2")]
-        pub security_context: Option<LinuxSandboxSecurityContext>,
-        #[prost(map = "string, string", tag = "3")]
-        pub sysctls: HashMap<String, String>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PodSandboxMetadata {
-        #[prost(string, tag = "1")]
-        pub name: String,
-        #[prost(string, tag = "2")]
-        pub uid: String,
-        #[prost(string, tag = "3")]
-        pub namespace: String,
-        #[prost(uint32, tag = "4")]
-        pub attempt: u32,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PodSandboxConfig {
-        #[prost(message, optional, tag = "1")]
-        pub metadata: Option<PodSandboxMetadata>,
-        #[prost(string, tag = "2")]
-        pub hostname: String,
-        #[prost(string, tag = "3")]
-        pub log_directory: String,
-        #[prost(map = "string, string", tag = "6")]
-        pub labels: HashMap<String, String>,
-        #[prost(map = "string, string", tag = "7")]
-        pub annotations: HashMap<String, String>,
-        #[prost(message, optional, tag = "8")]
-        pub linux: Option<LinuxPodSandboxConfig>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RunPodSandboxRequest {
-        #[prost(message, optional, tag = "1")]
-        pub config: Option<PodSandboxConfig>,
-        #[prost(string, tag = "2")]
-        pub runtime_handler: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RunPodSandboxResponse {
-        #[prost(string, tag = "1")]
-        pub pod_sandbox_id: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct StopPodSandboxRequest {
-        #[prost(string, tag = "1")]
-        pub pod_sandbox_id: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct StopPodSandboxResponse {}
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RemovePodSandboxRequest {
-        #[prost(string, tag = "1")]
-        pub pod_sandbox_id: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RemovePodSandboxResponse {}
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PodSandboxStateValue {
-        #[prost(enumeration = "PodSandboxState", tag = "1")]
-        pub state: i32,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PodSandboxFilter {
-        #[prost(string, tag = "1")]
-        pub id: String,
-        #[prost(message, optional, tag = "2")]
-        pub state: Option<PodSandboxStateValue>,
-        #[prost(map = "string, string", tag = "3")]
-        pub label_selector: HashMap<String, String>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ListPodSandboxRequest {
-        #[prost(message, optional, tag = "1")]
-        pub filter: Option<PodSandboxFilter>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PodSandbox {
-        #[prost(string, tag = "1")]
-        pub id: String,
-        #[prost(message, optional, tag = "2")]
-        pub metadata: Option<PodSandboxMetadata>,
-        #[prost(enumeration = "PodSandboxState", tag = "3")]
-        pub state: i32,
-        #[prost(int64, tag = "4")]
-        pub created_at: i64,
-        #[prost(map = "string, string", tag = "5")]
-        pub labels: HashMap<String, String>,
-        #[prost(map = "string, string", tag = "6")]
-        pub annotations: HashMap<String, String>,
-        #[prost(string, tag = "7")]
-        pub runtime_handler: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ListPodSandboxResponse {
-        #[prost(message, repeated, tag = "1")]
-        pub items: Vec<PodSandbox>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -217,130 +53,12 @@ pub mod v1 {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct KeyValue {
-        #[prost(string, tag = "1")]
-        pub key: String,
-        #[prost(string, tag = "2")]
-        pub value: String,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LinuxContainerResources {
-        #[prost(int64, tag = "1")]
-        pub cpu_period: i64,
-        #[prost(int64, tag = "2")]
-        pub cpu_quota: i64,
-        #[prost(int64, tag = "3")]
-        pub cpu_shares: i64,
-        #[prost(int64, tag = "4")]
-        pub memory_limit_in_bytes: i64,
-        #[prost(int64, tag = "5")]
-        pub oom_score_adj: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LinuxContainerSecurityContext {
-        #[prost(bool, tag = "2")]
-        pub privileged: bool,
-        #[prost(message, optional, tag = "3")]
-        pub namespace_options: Option<NamespaceOption>,
-        #[prost(message, optional, tag = "5")]
-        pub run_as_user: Option<Int64Value>,
-        #[prost(bool, tag = "7")]
-        pub readonly_rootfs: bool,
-        #[prost(bool, tag = "11")]
-        pub no_new_privs: bool,
-        #[prost(string, repeated, tag = "13")]
-        pub masked_paths: Vec<String>,
-        #[prost(string, repeated, tag = "14")]
-        pub readonly_paths: Vec<String>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LinuxContainerConfig {
-        #[prost(message, optional, tag = "1")]
-        pub resources: Option<LinuxContainerResources>,
-        #[prost(message, optional, tag = "2")]
-        pub security_context: Option<LinuxContainerSecurityContext>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
     pub struct ContainerMetadata {
         #[prost(string, tag = "1")]
         pub name: String,
         #[prost(uint32, tag = "2")]
         pub attempt: u32,
     }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ContainerConfig {
-        #[prost(message, optional, tag = "1")]
-        pub metadata: Option<ContainerMetadata>,
-        #[prost(message, optional, tag = "2")]
-        pub image: Option<ImageSpec>,
-        #[prost(string, repeated, tag = "3")]
-        pub command: Vec<String>,
-        #[prost(string, repeated, tag = "4")]
-        pub args: Vec<String>,
-        #[prost(string, tag = "5")]
-        pub working_dir: String,
-        #[prost(message, repeated, tag = "6")]
-        pub envs: Vec<KeyValue>,
-        #[prost(message, repeated, tag = "7")]
-        pub mounts: Vec<Mount>,
-        #[prost(map = "string, string", tag = "9")]
-        pub labels: HashMap<String, String>,
-        #[prost(map = "string, string", tag = "10")]
-        pub annotations: HashMap<String, String>,
-        #[prost(string, tag = "11")]
-        pub log_path: String,
-        #[prost(bool, tag = "12")]
-        pub stdin: bool,
-        #[prost(bool, tag = "13")]
-        pub stdin_once: bool,
-        #[prost(bool, tag = "14")]
-        pub tty: bool,
-        #[prost(message, optional, tag = "15")]
-        pub linux: Option<LinuxContainerConfig>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct CreateContainerRequest {
-        #[prost(string, tag = "1")]
-        pub pod_sandbox_id: String,
-        #[prost(message, optional, tag = "2")]
-        pub config: Option<ContainerConfig>,
-        #[prost(message, optional, tag = "3")]
-        pub sandbox_config: Option<PodSandboxConfig>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct CreateContainerResponse {
-        #[prost(string, tag = "1")]
-        pub container_id: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct StartContainerRequest {
-        #[prost(string, tag = "1")]
-        pub container_id: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct StartContainerResponse {}
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct StopContainerRequest {
-        #[prost(string, tag = "1")]
-        pub container_id: String,
-        #[prost(int64, tag = "2")]
-        pub timeout: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct StopContainerResponse {}
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RemoveContainerRequest {
-        #[prost(string, tag = "1")]
-        pub container_id: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RemoveContainerResponse {}
 
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct ContainerStateValue {
@@ -432,32 +150,6 @@ pub mod v1 {
     pub struct ContainerStatusResponse {
         #[prost(message, optional, tag = "1")]
         pub status: Option<ContainerStatus>,
-        #[prost(map = "string, string", tag = "2")]
-        pub info: HashMap<String, String>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ImageStatusRequest {
-        #[prost(message, optional, tag = "1")]
-        pub image: Option<ImageSpec>,
-        #[prost(bool, tag = "2")]
-        pub verbose: bool,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Image {
-        #[prost(string, tag = "1")]
-        pub id: String,
-        #[prost(string, repeated, tag = "2")]
-        pub repo_tags: Vec<String>,
-        #[prost(string, repeated, tag = "3")]
-        pub repo_digests: Vec<String>,
-        #[prost(uint64, tag = "4")]
-        pub size: u64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ImageStatusResponse {
-        #[prost(message, optional, tag = "1")]
-        pub image: Option<Image>,
         #[prost(map = "string, string", tag = "2")]
         pub info: HashMap<String, String>,
     }
@@ -569,8 +261,9 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
     Ok(PathBuf::from(path))
 }
 
-const RUNTIME_SERVICE: &str = "/runtime.v1.RuntimeService/";
-const IMAGE_SERVICE: &str = "/runtime.v1.ImageService/";
+const VERSION: &str = "/runtime.v1.RuntimeService/Version";
+const LIST_CONTAINERS: &str = "/runtime.v1.RuntimeService/ListContainers";
+const CONTAINER_STATUS: &str = "/runtime.v1.RuntimeService/ContainerStatus";
 
 impl CriClient {
     /// Connects to `endpoint` (`unix:///path`), with a 10 s connect timeout and a 120 s
@@ -602,20 +295,17 @@ impl CriClient {
         &self.endpoint
     }
 
-    fn unary<Req, Resp>(
-        &self,
-        service: &'static str,
-        method: &'static str,
-        req: Req,
-    ) -> Result<Resp, CriError>
+    /// One unary call: `path` is the gRPC method path (`/runtime.v1.RuntimeService/Version`),
+    /// `req` and the answer are prost messages of that method (see [`v1`]). Errors name the
+    /// method (the last path segment).
+    pub fn unary<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp, CriError>
     where
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
+        let method = path.rsplit('/').next().unwrap_or(path);
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        let path: http::uri::PathAndQuery = format!("{service}{method}")
-            .parse()
-            .expect("static gRPC method path");
+        let path = http::uri::PathAndQuery::from_static(path);
         self.rt.block_on(async move {
             grpc.ready().await.map_err(|e| CriError::Rpc {
                 method,
@@ -634,134 +324,12 @@ impl CriClient {
         })
     }
 
+    /// `Version`: the runtime's name and versions.
     pub fn version(&self) -> Result<v1::VersionResponse, CriError> {
         self.unary(
-            RUNTIME_SERVICE,
-            "Version",
+            VERSION,
             v1::VersionRequest {
                 version: "v1".into(),
-            },
-        )
-    }
-
-    /// `RunPodSandbox`; returns the sandbox id.
-    pub fn run_pod_sandbox(&self, config: &v1::PodSandboxConfig) -> Result<String, CriError> {
-        let r: v1::RunPodSandboxResponse = self.unary(
-            RUNTIME_SERVICE,
-            "RunPodSandbox",
-            v1::RunPodSandboxRequest {
-                config: Some(config.clone()),
-                runtime_handler: String::new(),
-            },
-        )?;
-        Ok(r.pod_sandbox_id)
-    }
-
-    pub fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
-        let _: v1::StopPodSandboxResponse = self.unary(
-            RUNTIME_SERVICE,
-            "StopPodSandbox",
-            v1::StopPodSandboxRequest {
-                pod_sandbox_id: id.into(),
-            },
-        )?;
-        Ok(())
-    }
-
-    pub fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
-        let _: v1::RemovePodSandboxResponse = self.unary(
-            RUNTIME_SERVICE,
-            "RemovePodSandbox",
-            v1::RemovePodSandboxRequest {
-                pod_sandbox_id: id.into(),
-            },
-        )?;
-        Ok(())
-    }
-
-    pub fn list_pod_sandbox(&self) -> Result<Vec<v1::PodSandbox>, CriError> {
-        let r: v1::ListPodSandboxResponse = self.unary(
-            RUNTIME_SERVICE,
-            "ListPodSandbox",
-            v1::ListPodSandboxRequest { filter: None },
-        )?;
-        Ok(r.items)
-    }
-
-    /// `CreateContainer`; returns the container id.
-    pub fn create_container(
-        &self,
-        pod_sandbox_id: &str,
-        config: &v1::ContainerConfig,
-        sandbox_config: &v1::PodSandboxConfig,
-    ) -> Result<String, CriError> {
-        let r: v1::CreateContainerResponse = self.unary(
-            RUNTIME_SERVICE,
-            "CreateContainer",
-            v1::CreateContainerRequest {
-                pod_sandbox_id: pod_sandbox_id.into(),
-                config: Some(config.clone()),
-                sandbox_config: Some(sandbox_config.clone()),
-            },
-        )?;
-        Ok(r.container_id)
-    }
-
-    pub fn start_container(&self, id: &str) -> Result<(), CriError> {
-        let _: v1::StartContainerResponse = self.unary(
-            RUNTIME_SERVICE,
-            "StartContainer",
-            v1::StartContainerRequest {
-                container_id: id.into(),
-            },
-        )?;
-        Ok(())
-    }
-
-    pub fn stop_container(&self, id: &str, timeout_s: i64) -> Result<(), CriError> {
-        let _: v1::StopContainerResponse = self.unary(
-            RUNTIME_SERVICE,
-            "StopContainer",
-            v1::StopContainerRequest {
-                container_id: id.into(),
-                timeout: timeout_s,
-            },
-        )?;
-        Ok(())
-    }
-
-    pub fn remove_container(&self, id: &str) -> Result<(), CriError> {
-        let _: v1::RemoveContainerResponse = self.unary(
-            RUNTIME_SERVICE,
-            "RemoveContainer",
-            v1::RemoveContainerRequest {
-                container_id: id.into(),
-            },
-        )?;
-        Ok(())
-    }
-
-    /// `ListContainers` without a filter, as the runtime answers it.
-    pub fn list_containers_raw(&self) -> Result<Vec<v1::Container>, CriError> {
-        let r: v1::ListContainersResponse = self.unary(
-            RUNTIME_SERVICE,
-            "ListContainers",
-            v1::ListContainersRequest { filter: None },
-        )?;
-        Ok(r.containers)
-    }
-
-    pub fn container_status(
-        &self,
-        id: &str,
-        verbose: bool,
-    ) -> Result<v1::ContainerStatusResponse, CriError> {
-        self.unary(
-            RUNTIME_SERVICE,
-            "ContainerStatus",
-            v1::ContainerStatusRequest {
-                container_id: id.into(),
-                verbose,
             },
         )
     }
@@ -769,9 +337,17 @@ impl CriClient {
     /// Every container (`ListContainers`), each with its pid from
     /// `ContainerStatus(verbose)`. Sorted by id.
     pub fn list_containers(&self) -> Result<Vec<CriContainer>, CriError> {
+        let listed: v1::ListContainersResponse =
+            self.unary(LIST_CONTAINERS, v1::ListContainersRequest { filter: None })?;
         let mut out = Vec::new();
-        for c in self.list_containers_raw()? {
-            let status = self.container_status(&c.id, true)?;
+        for c in listed.containers {
+            let status: v1::ContainerStatusResponse = self.unary(
+                CONTAINER_STATUS,
+                v1::ContainerStatusRequest {
+                    container_id: c.id.clone(),
+                    verbose: true,
+                },
+            )?;
             let pid = pid_from_info(&status.info);
             let meta = c.metadata.clone().unwrap_or_default();
             out.push(CriContainer {
@@ -787,22 +363,6 @@ impl CriClient {
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
-    }
-
-    /// `ImageStatus` of `image` (name or id); `None` when the runtime does not have it.
-    pub fn image_status(&self, image: &str) -> Result<Option<v1::Image>, CriError> {
-        let r: v1::ImageStatusResponse = self.unary(
-            IMAGE_SERVICE,
-            "ImageStatus",
-            v1::ImageStatusRequest {
-                image: Some(v1::ImageSpec {
-                    image: image.into(),
-                    annotations: HashMap::new(),
-                }),
-                verbose: false,
-            },
-        )?;
-        Ok(r.image)
     }
 }
 
@@ -889,24 +449,6 @@ mod tests {
             c.encode_to_vec(),
             vec![0x0a, 1, b'c', 0x30, 1, 0x4a, 6, 0x0a, 1, b'k', 0x12, 1, b'v']
         );
-
-        // ContainerConfig.annotations is field 10, labels field 9, log_path 11
-        let mut cfg = v1::ContainerConfig {
-            log_path: "l".into(),
-            ..Default::default()
-        };
-        cfg.annotations.insert("a".into(), "b".into());
-        assert_eq!(
-            cfg.encode_to_vec(),
-            vec![0x52, 6, 0x0a, 1, b'a', 0x12, 1, b'b', 0x5a, 1, b'l']
-        );
-
-        // NamespaceOption network=NODE(2) is field 1
-        let ns = v1::NamespaceOption {
-            network: v1::NamespaceMode::Node as i32,
-            ..Default::default()
-        };
-        assert_eq!(ns.encode_to_vec(), vec![0x08, 2]);
 
         // ContainerStatusResponse: status=1, info=2; decoding skips fields we do not declare
         // (e.g. ContainerStatus.mounts=14, resources=16).

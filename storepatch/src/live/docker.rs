@@ -1,6 +1,7 @@
 //! A tiny Docker Engine API client: plain HTTP/1.1 over dockerd's unix socket, no async, no
 //! HTTP library. Enough to read back what dockerd reports after a restart (labels, state,
-//! pid) and, for tests, to drive it (`request` takes any method and body).
+//! pid); [`DockerClient::request`] and [`DockerClient::call`] take any method and body, which
+//! is all the test harnesses (crate `testtools`) need to drive dockerd.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;

@@ -1,12 +1,9 @@
-//! Shared harness of the live containerd tests (storepatch/tests/containerd_live.rs and
-//! cli/tests/e2e_live.rs, which include this file with `#[path]`): kubelet-shaped images and CRI
-//! configs, a private containerd per release line under a temporary directory (root, state,
-//! socket, cgroup parent of its own), and a Drop guard that stops pods, containerd and shims and
-//! unmounts everything even when a check fails.
+//! A private containerd per release line under a temporary directory (root, state, socket,
+//! cgroup parent of its own), kubelet-shaped images and CRI configs, and a Drop guard that stops
+//! pods, containerd and shims and unmounts everything even when a check fails.
 //!
 //! Needs root and the runtimes that `scripts/setup-containerd.sh` puts under
 //! `.cache/runtimes/`.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::fs;
@@ -16,18 +13,25 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::cri::{v1, CriTestCalls};
 use sha2::{Digest, Sha256};
-use storepatch::live::cri::{v1, CriClient};
+use storepatch::live::cri::CriClient;
 
+/// The kubelet's hash annotation.
 pub const HASH: &str = "io.kubernetes.container.hash";
+/// The kubelet's hash-without-resources annotation (1.27–1.30).
 pub const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";
+/// The sandbox image [`build_image`] makes (pinned as the CRI's sandbox image).
 pub const PAUSE_IMAGE: &str = "docker.io/library/storetest-pause:1.0";
+/// The container image [`build_image`] makes.
 pub const APP_IMAGE: &str = "docker.io/library/storetest-app:1.0";
+/// What to do when a runtime is missing, for panic messages.
 pub const SETUP: &str = "run scripts/setup-containerd.sh (as root) first";
 
 /// One line at a time: the lines share the host's cgroup tree and /run/containerd/s.
 pub static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The workspace root (fixtures/, .cache/).
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -35,14 +39,16 @@ pub fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
+/// A containerd release line under test.
 #[derive(Clone, Copy)]
 pub struct Line {
+    /// The version `containerd --version` must report, e.g. `1.7.24`.
     pub version: &'static str,
     /// containerd 2.x reads config version 3 (the CRI plugin split in three).
     pub config_v3: bool,
 }
 
-pub fn runtime_bin(line: Line) -> PathBuf {
+fn runtime_bin(line: Line) -> PathBuf {
     let dir = workspace()
         .join(".cache/runtimes")
         .join(format!("containerd-{}", line.version))
@@ -80,16 +86,18 @@ pub fn runtime_bin(line: Line) -> PathBuf {
 // images: OCI layout tars with one uncompressed layer holding static busybox
 // ---------------------------------------------------------------------------------------------
 
+/// Lowercase hex sha256 of `b`.
 pub fn sha256_hex(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
-pub fn put_blob(layout: &Path, bytes: &[u8]) -> (String, usize) {
+fn put_blob(layout: &Path, bytes: &[u8]) -> (String, usize) {
     let hex = sha256_hex(bytes);
     fs::write(layout.join("blobs/sha256").join(&hex), bytes).unwrap();
     (format!("sha256:{hex}"), bytes.len())
 }
 
+/// Runs `cmd`, panics naming `what` unless it succeeds; returns its stdout.
 pub fn run_ok(cmd: &mut Command, what: &str) -> String {
     let out = cmd
         .output()
@@ -185,18 +193,25 @@ pub fn build_image(dir: &Path, name: &str, role: &str) -> PathBuf {
 // the containerd instance
 // ---------------------------------------------------------------------------------------------
 
+/// Where one containerd instance keeps its files.
 pub struct Paths {
+    /// The instance's temporary directory; every other path is under it.
     pub t: PathBuf,
+    /// containerd's `root` (meta.db, snapshots, content).
     pub root: PathBuf,
+    /// containerd's `state`.
     pub state: PathBuf,
+    /// The gRPC (CRI) socket.
     pub sock: PathBuf,
+    /// containerd's log (all starts appended).
     pub log: PathBuf,
+    /// The generated config.toml.
     pub config: PathBuf,
     /// Top cgroup (under every controller) the pods' cgroup parents live in.
     pub cgroup_top: String,
 }
 
-pub fn write_config(line: Line, p: &Paths) {
+fn write_config(line: Line, p: &Paths) {
     let t = p.t.display();
     let common = format!(
         r#"root = "{root}"
@@ -280,18 +295,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
 /// A private containerd of one release line and everything it leaves behind.
 pub struct Harness {
+    /// The release line it runs.
     pub line: Line,
+    /// The line's `usr/bin` (containerd, ctr, shim).
     pub bin: PathBuf,
+    /// Its files.
     pub p: Paths,
+    /// The running containerd, when started.
     pub daemon: Option<Child>,
     /// Keeps the temporary directory until the guard is done with it.
     _tmp: tempfile::TempDir,
+    /// Sandboxes the test ran: stopped and removed on drop.
     pub sandboxes: Vec<String>,
     /// Timings and facts for the report, printed at the end.
     pub notes: Vec<String>,
 }
 
 impl Harness {
+    /// A fresh directory and config for `line`; containerd is not started yet. Panics (with
+    /// [`SETUP`]) when the line's binaries, runc or busybox are missing or not root.
     pub fn new(line: Line) -> Harness {
         let bin = runtime_bin(line);
         // short path: unix socket paths are limited to 108 bytes
@@ -328,10 +350,12 @@ impl Harness {
         }
     }
 
+    /// The CRI endpoint, `unix://<sock>`.
     pub fn endpoint(&self) -> String {
         format!("unix://{}", self.p.sock.display())
     }
 
+    /// `PATH` for containerd and ctr: the line's binaries first.
     pub fn path_env(&self) -> String {
         // the line's own shim first: containerd looks shims up in PATH
         format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", self.bin.display())
@@ -348,6 +372,7 @@ impl Harness {
             .collect()
     }
 
+    /// The last 40 lines of the log, for failure messages.
     pub fn log_tail(&self) -> String {
         let s = fs::read_to_string(&self.p.log).unwrap_or_default();
         let lines: Vec<&str> = s.lines().collect();
@@ -444,6 +469,7 @@ impl Harness {
         ));
     }
 
+    /// `ctr images import` of the OCI tar `tar` as `name` into the `k8s.io` namespace.
     pub fn ctr_import(&self, tar: &Path, name: &str) {
         let base = name.rsplit_once(':').unwrap().0;
         run_ok(
@@ -457,6 +483,7 @@ impl Harness {
         );
     }
 
+    /// containerd's bolt metadata file.
     pub fn meta_db(&self) -> PathBuf {
         self.p.root.join("io.containerd.metadata.v1.bolt/meta.db")
     }
@@ -508,7 +535,7 @@ pub fn proc_stat(pid: u32) -> Option<(u32, u64)> {
     Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
 }
 
-pub fn descendants(roots: &[u32]) -> Vec<u32> {
+fn descendants(roots: &[u32]) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for (pid, _) in processes() {
         if let Some((ppid, _)) = proc_stat(pid) {
@@ -609,14 +636,14 @@ impl Drop for Harness {
     }
 }
 
-pub fn unescape_mount(s: &str) -> String {
+fn unescape_mount(s: &str) -> String {
     s.replace("\\040", " ")
         .replace("\\011", "\t")
         .replace("\\012", "\n")
         .replace("\\134", "\\")
 }
 
-pub fn rmdir_tree(p: &Path) {
+fn rmdir_tree(p: &Path) {
     if let Ok(rd) = fs::read_dir(p) {
         for e in rd.flatten() {
             if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
@@ -631,6 +658,7 @@ pub fn rmdir_tree(p: &Path) {
 // kubelet-shaped CRI configs (kuberuntime generatePodSandboxConfig / generateContainerConfig)
 // ---------------------------------------------------------------------------------------------
 
+/// A host-network pod sandbox config as the kubelet makes it, its log directory created.
 pub fn pod_config(h: &Harness, ns: &str, name: &str, uid: &str) -> v1::PodSandboxConfig {
     let log_dir = h.p.t.join(format!("log/pods/{ns}_{name}_{uid}"));
     fs::create_dir_all(&log_dir).unwrap();
@@ -668,7 +696,7 @@ pub fn pod_config(h: &Harness, ns: &str, name: &str, uid: &str) -> v1::PodSandbo
     }
 }
 
-pub fn host_network_ns() -> v1::NamespaceOption {
+fn host_network_ns() -> v1::NamespaceOption {
     v1::NamespaceOption {
         network: v1::NamespaceMode::Node as i32,
         pid: v1::NamespaceMode::Container as i32,
@@ -677,15 +705,21 @@ pub fn host_network_ns() -> v1::NamespaceOption {
     }
 }
 
+/// One container to create.
 pub struct Spec {
+    /// Its name in the pod.
     pub name: String,
+    /// The stored `io.kubernetes.container.hash`.
     pub hash: String,
+    /// The stored `io.kubernetes.container.hashWithoutResources`, if any.
     pub hash_wr: Option<String>,
+    /// The `io.kubernetes.container.ports` annotation, if any.
     pub ports: Option<&'static str>,
     /// `StartContainer` too (else it stays CONTAINER_CREATED, as kubelet's 2nd step pending).
     pub start: bool,
 }
 
+/// A [`Spec`] without ports.
 pub fn spec(name: &str, hash: &str, hash_wr: Option<&str>, start: bool) -> Spec {
     Spec {
         name: name.into(),
@@ -696,6 +730,8 @@ pub fn spec(name: &str, hash: &str, hash_wr: Option<&str>, start: bool) -> Spec 
     }
 }
 
+/// A container config as the kubelet makes it for `spec` in `pod` (image `image_id`), with
+/// its termination-log and hosts files created.
 pub fn container_config(
     h: &Harness,
     pod: &v1::PodSandboxConfig,
@@ -826,6 +862,7 @@ pub fn meta_page(db: &Path) -> (u64, u64) {
     }
 }
 
+/// How a meta page's freelist pgid reads in a report.
 pub fn freelist_name(pgid: u64) -> String {
     if pgid == u64::MAX {
         "not synced (0xFFFF…, NoFreelistSync)".to_string()

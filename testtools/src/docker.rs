@@ -1,10 +1,8 @@
-//! Shared harness of the live Docker tests (storepatch/tests/docker_live.rs and
-//! cli/tests/e2e_live.rs, which include this file with `#[path]`): a private dockerd 20.10
-//! (Debian 12 `docker.io`; scripts/setup-docker.sh) with live-restore, everything under one
-//! temporary directory (data-root, exec-root, pidfile, socket), an image built from static
-//! busybox, and a Drop guard that removes the containers, stops dockerd, kills what is left of
-//! our processes by pid, unmounts and removes the directory even when an assertion fails.
-#![allow(dead_code)]
+//! A private dockerd 20.10 (Debian 12 `docker.io`; scripts/setup-docker.sh) with live-restore,
+//! everything under one temporary directory (data-root, exec-root, pidfile, socket), an image
+//! built from static busybox, and a Drop guard that removes the containers, stops dockerd,
+//! kills what is left of our processes by pid, unmounts and removes the directory even when an
+//! assertion fails.
 
 use serde_json::Value;
 use std::fs;
@@ -14,9 +12,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use storepatch::live::docker::DockerClient;
 
+/// What to do when dockerd or busybox is missing, for panic messages.
 pub const SETUP: &str = "run scripts/setup-docker.sh (as root) first";
 
-pub fn find_dockerd() -> PathBuf {
+fn find_dockerd() -> PathBuf {
     for d in [
         "/usr/sbin",
         "/usr/bin",
@@ -33,6 +32,7 @@ pub fn find_dockerd() -> PathBuf {
     panic!("dockerd not found: {SETUP}");
 }
 
+/// Whether process `pid` exists.
 pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks existence.
     unsafe { libc::kill(pid as i32, 0) == 0 }
@@ -40,15 +40,23 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// A private dockerd and everything it leaves behind.
 pub struct Daemon {
+    /// Everything of this dockerd lives here; removed on drop.
     pub dir: tempfile::TempDir,
+    /// The dockerd binary.
     pub dockerd: PathBuf,
+    /// The running dockerd, when started.
     pub child: Option<Child>,
+    /// How many times it was started (each start logs to `dockerd-<n>.log`).
     pub starts: u32,
+    /// Containers the test created: removed through dockerd on drop.
     pub container_ids: Vec<String>,
+    /// Their processes: killed on drop if still alive.
     pub container_pids: Vec<u32>,
 }
 
 impl Daemon {
+    /// A fresh directory under /tmp; dockerd is not started yet.
+    #[allow(clippy::new_without_default)] // creates a directory: not a default value
     pub fn new() -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("sp-dlive-")
@@ -66,21 +74,27 @@ impl Daemon {
             container_pids: Vec::new(),
         }
     }
+    /// `p` under the daemon's directory.
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
     }
+    /// dockerd's `--data-root`.
     pub fn data_root(&self) -> PathBuf {
         self.path("data")
     }
+    /// dockerd's `--pidfile`.
     pub fn pidfile(&self) -> PathBuf {
         self.path("docker.pid")
     }
+    /// dockerd's API socket.
     pub fn socket(&self) -> PathBuf {
         self.path("docker.sock")
     }
+    /// An Engine API client of this dockerd (60 s timeout per call).
     pub fn client(&self) -> DockerClient {
         DockerClient::new(self.socket()).with_timeout(Duration::from_secs(60))
     }
+    /// The last lines of every start's log, for failure messages.
     pub fn log_tail(&self) -> String {
         let mut s = String::new();
         for n in 1..=self.starts {
@@ -96,6 +110,7 @@ impl Daemon {
         s
     }
 
+    /// Starts dockerd (live-restore, no networking, vfs) and waits until it answers `_ping`.
     pub fn start(&mut self) {
         self.starts += 1;
         let log = fs::File::create(self.path(&format!("dockerd-{}.log", self.starts))).unwrap();
@@ -319,8 +334,10 @@ pub fn busybox_rootfs_tar() -> Vec<u8> {
     out
 }
 
+/// A container command that runs until SIGTERM and then exits 0.
 pub const LOOP: &str = "trap \"exit 0\" TERM INT; while true; do sleep 3600 & wait $!; done";
 
+/// `POST /containers/create?name=<name>` with `body`; returns the container id.
 pub fn create(c: &DockerClient, name: &str, body: Value) -> String {
     let v: Value = c
         .call(

@@ -1,0 +1,17 @@
+//! Harnesses of the live tests (storepatch/tests/{docker_live,containerd_live}.rs and
+//! cli/tests/e2e_live.rs): private runtime daemons on paths of their own, the images and
+//! kubelet-shaped configs they run, and Drop guards that stop and clean up everything they
+//! started, by pid, even when a check fails.
+//!
+//! The CRI calls only tests make ([`cri::CriTestCalls`]) live here too, built on the generic call
+//! the product's client keeps (`storepatch::live::cri::CriClient::unary`), so storepatch's
+//! public API carries only what `verify --live` needs. Docker's harness drives dockerd with
+//! `storepatch::live::docker::DockerClient::request` / `call`.
+//!
+//! Everything here needs root and the runtimes the setup scripts install
+//! (scripts/setup-docker.sh, scripts/setup-containerd.sh).
+#![deny(missing_docs)]
+
+pub mod containerd;
+pub mod cri;
+pub mod docker;
