@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-/// Longest a checker run may take (Go checks a 40 MB file in well under a second).
+/// Longest a checker run may take by default (Go checks a 40 MB file in well under a second).
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A fresh private directory for one run's output.
@@ -85,12 +85,17 @@ impl GoVerdict {
 
 /// Runs the checker on `path`; `None` when the checker binary does not exist.
 pub fn run_bbolt_check(path: &Path) -> Option<GoVerdict> {
+    run_bbolt_check_within(path, TIMEOUT)
+}
+
+/// [`run_bbolt_check`], killing the checker after `timeout` (a rejection). bbolt trusts the
+/// page graph: on a damaged file it may recurse through a cycle until Go's stack limit, which
+/// takes long, so tests that feed it random damage pass a short timeout.
+pub fn run_bbolt_check_within(path: &Path, timeout: Duration) -> Option<GoVerdict> {
     let bin = checker();
     if !bin.exists() {
         return None;
     }
-    // bbolt trusts the page graph: on a damaged file it may recurse through a cycle until Go's
-    // stack limit, so the run is bounded and a timeout is a rejection like any crash.
     let dir = tempfile_dir();
     let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
     let mut child = Command::new(&bin)
@@ -99,7 +104,7 @@ pub fn run_bbolt_check(path: &Path) -> Option<GoVerdict> {
         .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-    let deadline = Instant::now() + TIMEOUT;
+    let deadline = Instant::now() + timeout;
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
             break Some(st);
@@ -118,7 +123,7 @@ pub fn run_bbolt_check(path: &Path) -> Option<GoVerdict> {
     );
     let _ = std::fs::remove_dir_all(&dir);
     if status.is_none() {
-        output.push_str(&format!("bbolt-check killed after {TIMEOUT:?}\n"));
+        output.push_str(&format!("bbolt-check killed after {timeout:?}\n"));
     }
     let code = status.and_then(|s| s.code());
     let summary = output
