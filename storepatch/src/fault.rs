@@ -22,11 +22,16 @@
 //!   `cargo test` builds storepatch — and the `kubelet-rehash` binary the cli tests spawn —
 //!   with the crash points, while `cargo build` does not.
 //! * The bolt engine (the `boltfile` crate) has no crash code of its own: its commit does every
-//!   durable step through a `boltfile::storage::Storage`. [`bolt_storage`] is the plain file,
-//!   wrapped, with the feature on, in a storage that calls [`point`] (named after the step:
+//!   durable step through a `boltfile::storage::Storage`. The one storepatch passes
+//!   (`bolt_storage`) is the plain file, wrapped, with the feature on, in a storage that calls
+//!   [`point`] (named after the step:
 //!   `bolt-reserve`, `bolt-write-pages`, `bolt-fdatasync-pages`, `bolt-write-meta`,
 //!   `bolt-fdatasync-meta`) before each step, so the sweeps count and kill exactly as before.
 //!   Undoing a failed commit is not a point (a sweep never fails a step, it kills).
+//!
+//! So a binary that `cargo test` (or any build with `--tests`/`--all-targets`) left in
+//! `target/release/` has the crash points: ship only what `cargo build --release -p
+//! kubelet-rehash` builds.
 
 use std::fs::File;
 
