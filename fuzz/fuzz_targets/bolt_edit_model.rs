@@ -133,8 +133,7 @@ fn base_file(input: &mut Input) -> Vec<u8> {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input(data);
-    let mut bytes = base_file(&mut input);
-    let db = Db::from_bytes(bytes.clone()).expect("base opens");
+    let mut db = Db::from_bytes(base_file(&mut input)).expect("base opens");
     let mut model = model_of(&db.dump().expect("base dumps"));
     // every plain value and every nested bucket, as (bucket path, key)
     let values: Vec<(Vec<Vec<u8>>, Vec<u8>)> = model
@@ -166,19 +165,13 @@ fuzz_target!(|data: &[u8]| {
         ps + 1,
         3 * ps + 5,
     ];
-    drop(db);
+    let mut report = check(&db.view(), &db.meta);
+    assert!(report.is_ok(), "base fails the check: {}", report.summary());
 
     for _tx in 0..1 + input.byte() % 4 {
         if input.is_empty() {
             break;
         }
-        let db = Db::from_bytes(bytes.clone()).unwrap();
-        let report = check(&db.view(), &db.meta);
-        assert!(
-            report.is_ok(),
-            "committed file fails the check: {}",
-            report.summary()
-        );
         let mut edits = Edits::default();
         let mut next = model.clone();
         let mut must_fail = false;
@@ -234,18 +227,17 @@ fuzz_target!(|data: &[u8]| {
             "planned tree fails the check: {}",
             planned.summary()
         );
-        let mut storage = MemStorage(bytes.clone());
+        let mut storage = MemStorage(db.data.to_vec());
         write::commit_with(&mut storage, &db.data, &plan).expect("in-memory commit");
         let old_meta = db.meta;
-        drop(db);
-        bytes = storage.0;
+        let file_len = storage.0.len();
 
-        let after = Db::from_bytes(bytes.clone()).expect("committed file opens");
+        let after = Db::from_bytes(storage.0).expect("committed file opens");
         assert_eq!(after.meta.txid, old_meta.txid + 1);
         assert_eq!(after.meta.page, 1 - old_meta.page);
         assert_eq!(after.meta.freelist_synced(), synced, "freelist layout kept");
         assert!(
-            after.meta.hwm as usize * ps <= bytes.len(),
+            after.meta.hwm as usize * ps <= file_len,
             "pages in use fit the file"
         );
         let rep = check(&after.view(), &after.meta);
@@ -257,5 +249,7 @@ fuzz_target!(|data: &[u8]| {
         let dump = after.dump().expect("committed file dumps");
         assert!(model_of(&dump) == next, "the file differs from the model");
         model = next;
+        db = after;
+        report = rep;
     }
 });
