@@ -319,6 +319,7 @@ fn failed_commit_at_every_step_restores_every_byte() {
         let (r, steps) = commit(None, false);
         r.unwrap();
         assert!(checked_kv(&fs::read(&path).unwrap(), name) == model);
+        assert_bbolt_check(&path);
         assert!(
             fs::metadata(&path).unwrap().len() > orig.len() as u64,
             "{name}: the commit appended pages"
@@ -342,6 +343,7 @@ fn failed_commit_at_every_step_restores_every_byte() {
                     assert!(e.to_string().contains("syncing the meta page"), "{e}");
                     // the meta was written, only not made durable: the new database
                     assert!(checked_kv(&now, name) == model);
+                    assert_bbolt_check(&path);
                 } else if fail_undo {
                     assert!(
                         !e.restored,
