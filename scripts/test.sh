@@ -3,7 +3,7 @@
 # (Debian's docker.io and containerd, containerd 1.7/2.x unpacked from Debian's own newer
 # suites into .cache/), Go bbolt's checker, then the whole workspace test suite in release
 # mode (the golden set, the real-node workflow and the real-daemon tests), the check that the
-# production binary has no crash path, the fuzz smoke run, and the lint gates.
+# production binary has no crash path, the fixture generators that run here, the fuzz smoke run, and the lint gates.
 # Needs root (apt-get, private dockerd/containerd daemons); every daemon it starts is its own,
 # on private paths, and stopped by pid.
 set -euo pipefail
@@ -15,6 +15,12 @@ scripts/setup-containerd.sh
 scripts/setup-bbolt-check.sh
 
 cargo test --workspace --release --no-fail-fast
+
+# The baselines that real Go code can regenerate here are regenerated and compared byte for
+# byte (tools/README.md): the resource.Quantity differential and kubelet 1.20's golden hashes,
+# from Debian's Kubernetes 1.20.2 source.
+tools/quantity-diff/run.sh
+tools/kubelet-1.20-hash/run.sh
 
 # The production binary has no crash path: storepatch's `crash-points` feature is on only in
 # test builds, through dev-dependencies (storepatch/src/fault.rs). The test build just left its
