@@ -161,7 +161,7 @@ fn rewrite_on_a_real_dockerd_keeps_containers_running() {
     assert!(matches!(e, StoreError::RuntimeRunning { .. }), "{e}");
     let new_hash: BTreeMap<String, String> = [
         (ids["nginx"].clone(), "e1f2a3b4".to_string()),
-        (ids["sidecar"].clone(), "0badf00d".to_string()),
+        (ids["sidecar"].clone(), "badf00d".to_string()),
     ]
     .into();
     let rewrites: Vec<Rewrite> = new_hash
