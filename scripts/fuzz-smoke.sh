@@ -17,7 +17,7 @@ ROOT=$PWD
 TIME=${FUZZ_TIME:-20}
 SAN=${FUZZ_SANITIZER:-address}
 JOBS=${FUZZ_JOBS:-1}
-ALL=(quantity_parse spec_hash_all_versions cri_extension_edit docker_config_edit bolt_open_scan)
+ALL=(quantity_parse spec_hash_all_versions cri_extension_edit docker_config_edit bolt_open_scan bolt_edit_model)
 read -r -a TARGETS <<<"${FUZZ_TARGETS:-${ALL[*]}}"
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
@@ -60,6 +60,11 @@ seed() {
     # bolt_open_scan: the small real meta.db files (256 KiB, containerd 1.6.20; synced and
     # unsynced freelist)
     for f in fixtures/stores/containerd-1.6.20/meta.db.*; do put bolt_open_scan "$f"; done
+    # bolt_edit_model: edit scripts (first byte: the base file and build; then transactions and
+    # edits, decoded modulo); the base files are compiled into the target
+    for script in 'Dq7#kz!0Lm' 'Ax9(Pq2&wR+t' 'Fb3$nE8*Zc1%Yv' 'w0o0o0o0o0o0' 'G~~~~~~~~~~~~~~~~'; do
+        put_text bolt_edit_model "$script"
+    done
     # cri_extension_edit: fuzz/seeds/cri_extension_edit (committed; real values from the
     # fixtures' meta.db files) is passed as a second corpus directory
     mkdir -p fuzz/corpus/cri_extension_edit

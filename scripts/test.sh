@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test of kubelet-rehash, as CI runs it: installs what the integration tests need
 # (Debian's docker.io and containerd, containerd 1.7/2.x unpacked from Debian's own newer
-# suites into .cache/), then the whole workspace test suite in release mode (the golden set,
-# the real-node workflow and the real-daemon tests), the fuzz smoke run, and the lint gates.
+# suites into .cache/), Go bbolt's checker, then the whole workspace test suite in release
+# mode (the golden set, the real-node workflow and the real-daemon tests), the check that the
+# production binary has no crash path, the fixture generators that run here, the fuzz smoke run, and the lint gates.
 # Needs root (apt-get, private dockerd/containerd daemons); every daemon it starts is its own,
 # on private paths, and stopped by pid.
 set -euo pipefail
@@ -10,8 +11,32 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/setup-docker.sh
 scripts/setup-containerd.sh
+# Go bbolt's own check, run by the tests on every meta.db they write (.cache/bin/bbolt-check)
+scripts/setup-bbolt-check.sh
 
 cargo test --workspace --release --no-fail-fast
+
+# The baselines that real Go code can regenerate here are regenerated and compared byte for
+# byte (tools/README.md): the resource.Quantity differential and kubelet 1.20's golden hashes,
+# from Debian's Kubernetes 1.20.2 source.
+tools/quantity-diff/run.sh
+tools/kubelet-1.20-hash/run.sh
+
+# The production binary has no crash path: storepatch's `crash-points` feature is on only in
+# test builds, through dev-dependencies (storepatch/src/fault.rs). The test build just left its
+# binary, crash points included, at the same path: finding the variable's name there first
+# proves the grep would see it.
+bin="${CARGO_TARGET_DIR:-target}/release/kubelet-rehash"
+if ! grep -q -a KUBELET_REHASH_CRASH_AT "$bin"; then
+    echo "test.sh: the test-built $bin has no crash points: the sweeps did not run them" >&2
+    exit 1
+fi
+cargo build --release -p kubelet-rehash
+if grep -q -a KUBELET_REHASH_CRASH_AT "$bin"; then
+    echo "test.sh: the production build $bin contains the crash-injection path (KUBELET_REHASH_CRASH_AT)" >&2
+    exit 1
+fi
+echo "test.sh: production $bin carries no crash-injection code"
 
 if [ -x scripts/fuzz-smoke.sh ]; then
     scripts/fuzz-smoke.sh

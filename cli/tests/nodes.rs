@@ -60,6 +60,19 @@ fn unpack_large(archive: &str, name: &str) -> Node {
 }
 
 impl Node {
+    /// A containerd node's meta.db passes Go bbolt's own check and reads, through bbolt, as
+    /// through our reader (a no-op for the other runtimes).
+    fn bbolt_check(&self) {
+        if self.name.starts_with("containerd") {
+            storepatch::containerd::bolt::testing::assert_bbolt_check(
+                &self
+                    .dir
+                    .join("var/lib/containerd")
+                    .join(storepatch::containerd::META_DB),
+            );
+        }
+    }
+
     fn store_flags(&self) -> Vec<String> {
         let d = &self.dir;
         let none = d.join("no-such-runtime");
@@ -269,6 +282,7 @@ fn patch_cycle(node: &Node, v: &str) {
         node.name
     );
     let patched = node.tree();
+    node.bbolt_check();
     assert_ne!(
         before, patched,
         "{} patch --to {v} changed the store",
@@ -464,6 +478,7 @@ fn value_rollback_after_the_store_changed_since_the_patch() {
         "{}",
         String::from_utf8_lossy(&by_value.stderr)
     );
+    node.bbolt_check();
 
     let scan = store.scan().unwrap();
     let now: HashMap<&str, &storepatch::StoreRecord> =

@@ -9,10 +9,10 @@
 //! replaced (txid + 1, written to the other meta page). Errors are fine.
 #![no_main]
 
+use boltfile::{self as bolt, check, write, Db, Root, View};
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use storepatch::containerd::bolt::{self, check, write, Db, Root, View};
 use storepatch::containerd::{ContainerdStore, META_DB};
 use storepatch::RuntimeStore;
 

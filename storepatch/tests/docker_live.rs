@@ -141,7 +141,6 @@ fn rewrite_on_a_real_dockerd_keeps_containers_running() {
     assert!(matches!(e, StoreError::RuntimeRunning { .. }), "{e}");
     let new_hash: BTreeMap<String, String> = [
         (ids["nginx"].clone(), "e1f2a3b4".to_string()),
-        // a kubelet hash has no leading zero (strconv.FormatUint), and Hash writes none
         (ids["sidecar"].clone(), "badf00d".to_string()),
     ]
     .into();

@@ -391,14 +391,16 @@ impl Snapshot {
 /// A bolt file's logical content: every (bucket path, key) → (value, sequence).
 pub type Kv = BTreeMap<(Vec<Vec<u8>>, Vec<u8>), (Option<Vec<u8>>, u64)>;
 
-/// Opens a bolt file as bbolt would, runs bbolt's tx.Check rules, and returns its key/values.
+/// Opens a bolt file as bbolt would, runs bbolt's tx.Check rules (ours, then Go bbolt's own,
+/// which must read the same key/values), and returns its key/values.
 pub fn bolt_kv(path: &Path) -> Result<Kv, String> {
-    use storepatch::containerd::bolt::{check::check, Db, DumpEntry};
+    use storepatch::containerd::bolt::{check::check, testing, Db, DumpEntry};
     let db = Db::read_path(path).map_err(|e| e.to_string())?;
     let r = check(&db.view(), &db.meta);
     if !r.is_ok() {
         return Err(format!("bbolt check: {}", r.summary()));
     }
+    testing::assert_bbolt_check(path);
     Ok(db
         .dump()
         .map_err(|e| e.to_string())?

@@ -1,8 +1,8 @@
 //! containerd back-end: the CRI plugin's container extension inside
 //! `<root>/io.containerd.metadata.v1.bolt/meta.db` (containerd 1.1 – 2.x; docs/research/stores.md
-//! §1, §2, §5). The bolt file is read and written by our own small bolt engine ([`bolt`]; its
-//! module docs say why not bbolt-rs), which keeps whichever freelist layout it finds (synced,
-//! containerd ≤ 1.6; `NoFreelistSync`, 1.7 and 2.x).
+//! §1, §2, §5). The bolt file is read and written by our own small bolt engine ([`bolt`], the
+//! `boltfile` crate; its docs say why not bbolt-rs), which keeps whichever freelist layout it
+//! finds (synced, containerd ≤ 1.6; `NoFreelistSync`, 1.7 and 2.x).
 //!
 //! * [`ContainerdStore::scan`]: every namespace's containers; CRI containers (extension
 //!   `io.cri-containerd.container.metadata`) with identity, hashes, image and the pid from the
@@ -16,7 +16,8 @@
 //!   fdatasync, so a crash leaves the old or the new database. Rollback is
 //!   [`crate::backup::rollback`] (whole-file restore).
 
-pub mod bolt;
+/// The bolt engine, the [`boltfile`] crate (re-exported under its old path).
+pub use boltfile as bolt;
 pub mod cri;
 pub mod runtime;
 
@@ -595,7 +596,8 @@ impl ContainerdStore {
         st.t_backup = t3.elapsed();
 
         let t4 = Instant::now();
-        let cs = write::commit(&file, &db.data, &plan).map_err(|e| {
+        let mut storage = crate::fault::bolt_storage(&file);
+        let cs = write::commit_with(&mut storage, &db.data, &plan).map_err(|e| {
             StoreError::io(
                 &self.db_path,
                 std::io::Error::new(e.source.kind(), format!("bolt commit: {e}")),

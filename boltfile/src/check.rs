@@ -15,24 +15,30 @@ use super::*;
 
 const MAX_ERRORS: usize = 50;
 
-/// What [`check`] found.
+/// What [`check()`] found.
 #[derive(Debug, Clone, Default)]
 pub struct CheckReport {
+    /// Problems that make the tree unsafe to read (bad pages, references, key order).
     pub structural: Vec<String>,
+    /// Problems of the synced freelist against the tree (double or wrong frees, leaks).
     pub freelist: Vec<String>,
     /// Pages below the high-water mark not reachable from the meta (sorted): the pages a
     /// writer may reuse.
     pub free: Vec<u64>,
     /// Pages reachable from the meta (metas, freelist, trees), overflow pages included.
     pub reachable_pages: u64,
+    /// Whether the checked meta keeps a freelist page.
     pub freelist_synced: bool,
+    /// The checked meta's high-water mark.
     pub hwm: u64,
 }
 
 impl CheckReport {
+    /// No problem of either kind.
     pub fn is_ok(&self) -> bool {
         self.structural.is_empty() && self.freelist.is_empty()
     }
+    /// Every problem, structural first.
     pub fn errors(&self) -> Vec<String> {
         self.structural
             .iter()

@@ -7,13 +7,22 @@ use super::*;
 /// A bucket's content, keys in any order (sorted when written).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tree {
+    /// The bucket's keys and what each holds.
     pub items: Vec<(Vec<u8>, Item)>,
 }
 
+/// What one key of a [`Tree`] holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
+    /// A plain value.
     Value(Vec<u8>),
-    Bucket { sequence: u64, tree: Tree },
+    /// A nested bucket.
+    Bucket {
+        /// The bucket's sequence (`NextSequence` counter).
+        sequence: u64,
+        /// Its content.
+        tree: Tree,
+    },
 }
 
 impl Tree {
@@ -22,6 +31,7 @@ impl Tree {
         read_tree(&db.view(), db.root(), 0)
     }
 
+    /// What `key` holds in this bucket.
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Item> {
         self.items
             .iter_mut()

@@ -3,24 +3,27 @@
 //!
 //! Use: build [`Edits`], call [`plan`] (pure: nothing is written; returns the new pages and
 //! the new meta), check the planned tree through [`Plan::view`] (the caller should run
-//! [`super::check::check`] and re-read its values there), then [`commit`].
+//! [`super::check::check`] and re-read its values there), then [`commit`] (or
+//! [`commit_with`] through another [`Storage`]).
 
 use super::check::CheckReport;
+use super::storage::{FileStorage, Step, Storage};
 use super::*;
-use crate::fault;
 use std::collections::BTreeMap;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 
 /// Values to replace, by bucket path. Only existing, non-bucket keys can be replaced.
 #[derive(Debug, Default, Clone)]
 pub struct Edits {
+    /// The edits of the root bucket.
     pub root: EditNode,
 }
 
+/// The edits of one bucket.
 #[derive(Debug, Default, Clone)]
 pub struct EditNode {
+    /// New values of existing keys of this bucket.
     pub values: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Edits inside existing nested buckets, by key.
     pub buckets: BTreeMap<Vec<u8>, EditNode>,
 }
 
@@ -48,6 +51,7 @@ impl Edits {
         n.values.insert(key.to_vec(), value);
     }
 
+    /// No value to replace.
     pub fn is_empty(&self) -> bool {
         self.root.values.is_empty() && self.root.buckets.is_empty()
     }
@@ -58,7 +62,9 @@ impl Edits {
 pub struct Plan {
     /// New pages by page id (each buffer = its whole span).
     pub pages: BTreeMap<u64, Vec<u8>>,
+    /// The meta the plan was made from (the file's current one).
     pub old_meta: Meta,
+    /// The meta the commit writes (txid + 1, over the other meta page).
     pub new_meta: Meta,
     /// Page ids (spans expanded) this transaction replaced.
     pub freed: Vec<u64>,
@@ -436,7 +442,9 @@ pub fn plan(db: &Db, report: &CheckReport, edits: &Edits) -> Result<Plan, BoltEr
 /// Why a commit failed, and whether the file was restored.
 #[derive(Debug)]
 pub struct CommitError {
+    /// The step that failed, in words.
     pub step: &'static str,
+    /// The I/O error of that step.
     pub source: std::io::Error,
     /// True when every byte written was put back (file identical to before).
     pub restored: bool,
@@ -453,33 +461,40 @@ impl fmt::Display for CommitError {
     }
 }
 
+impl std::error::Error for CommitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 /// What a commit wrote.
 #[derive(Debug, Clone, Default)]
 pub struct CommitStats {
+    /// Pages written, overflow pages and the meta page included.
     pub pages_written: u64,
+    /// Bytes written.
     pub bytes_written: u64,
+    /// The file's length before the commit.
     pub file_len_before: u64,
+    /// The file's length after it.
     pub file_len_after: u64,
 }
 
-fn fallocate(file: &File, off: u64, len: u64) -> std::io::Result<()> {
-    if len == 0 {
-        return Ok(());
-    }
-    // SAFETY: plain syscall on a valid fd.
-    let rc =
-        unsafe { libc::posix_fallocate(file.as_raw_fd(), off as libc::off_t, len as libc::off_t) };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc));
-    }
-    Ok(())
+/// Writes `plan` to `file` (opened read-write, holding the flock; `data` = its current bytes):
+/// [`commit_with`] on the plain file.
+pub fn commit(file: &File, data: &[u8], plan: &Plan) -> Result<CommitStats, CommitError> {
+    commit_with(&mut FileStorage::new(file), data, plan)
 }
 
-/// Writes `plan` to `file` (opened read-write, holding the flock; `data` = its current bytes)
-/// in bbolt's order: reserve space, data pages, fdatasync, new meta page, fdatasync. Every
-/// step is a [`fault::point`]. On a failure before the meta is durable, every byte written
-/// is put back and the file length restored.
-pub fn commit(file: &File, data: &[u8], plan: &Plan) -> Result<CommitStats, CommitError> {
+/// Writes `plan` through `storage` (`data` = the file's current bytes) in bbolt's order:
+/// reserve space, data pages, fdatasync, new meta page, fdatasync, one [`Storage`] call per
+/// durable step. On a failure before the meta is durable, every byte written is put back and
+/// the file length restored ([`Step::Undo`]).
+pub fn commit_with(
+    storage: &mut dyn Storage,
+    data: &[u8],
+    plan: &Plan,
+) -> Result<CommitStats, CommitError> {
     let ps = plan.new_meta.page_size as u64;
     let len_before = data.len() as u64;
     let need = plan.new_meta.hwm * ps;
@@ -501,30 +516,28 @@ pub fn commit(file: &File, data: &[u8], plan: &Plan) -> Result<CommitStats, Comm
         meta_off,
         data[meta_off as usize..(meta_off + ps) as usize].to_vec(),
     ));
-    let undo = |step: &'static str, source: std::io::Error| -> CommitError {
-        let mut ok = true;
-        for (off, bytes) in &saved {
-            ok &= file.write_all_at(bytes, *off).is_ok();
-        }
-        if file.metadata().map(|m| m.len()).unwrap_or(0) != len_before {
-            ok &= file.set_len(len_before).is_ok();
-        }
-        ok &= file.sync_all().is_ok();
-        CommitError {
-            step,
-            source,
-            restored: ok,
-        }
-    };
+    let undo =
+        |storage: &mut dyn Storage, step: &'static str, source: std::io::Error| -> CommitError {
+            let mut ok = true;
+            for (off, bytes) in &saved {
+                ok &= storage.write(Step::Undo, *off, bytes).is_ok();
+            }
+            if storage.file_len().unwrap_or(0) != len_before {
+                ok &= storage.set_len(Step::Undo, len_before).is_ok();
+            }
+            ok &= storage.sync_data(Step::Undo).is_ok();
+            CommitError {
+                step,
+                source,
+                restored: ok,
+            }
+        };
 
     // Reserve the pages after the old high-water mark first, so a full disk fails here,
     // before any byte of the file changed (they may be holes in a sparse file).
-    fault::point("bolt-reserve");
     let old_end = plan.old_meta.hwm * ps;
-    if need > old_end {
-        if let Err(e) = fallocate(file, old_end, need - old_end) {
-            return Err(undo("reserving space for the new pages", e));
-        }
+    if let Err(e) = storage.allocate(Step::Reserve, old_end, need.saturating_sub(old_end)) {
+        return Err(undo(storage, "reserving space for the new pages", e));
     }
     // Data pages, in page order, one write per contiguous run.
     let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -536,33 +549,29 @@ pub fn commit(file: &File, data: &[u8], plan: &Plan) -> Result<CommitStats, Comm
         stats.pages_written += buf.len() as u64 / ps;
     }
     for (id, buf) in &runs {
-        fault::point("bolt-write-pages");
-        if let Err(e) = file.write_all_at(buf, id * ps) {
-            return Err(undo("writing data pages", e));
+        if let Err(e) = storage.write(Step::WritePages, id * ps, buf) {
+            return Err(undo(storage, "writing data pages", e));
         }
         stats.bytes_written += buf.len() as u64;
     }
-    fault::point("bolt-fdatasync-pages");
-    if let Err(e) = file.sync_data() {
-        return Err(undo("syncing data pages", e));
+    if let Err(e) = storage.sync_data(Step::SyncPages) {
+        return Err(undo(storage, "syncing data pages", e));
     }
     // The new meta goes over the older meta page; until it is durable the current meta
     // (and its untouched tree) is the newest valid one.
     let meta_page = plan.new_meta.encode();
-    fault::point("bolt-write-meta");
-    if let Err(e) = file.write_all_at(&meta_page, meta_off) {
-        return Err(undo("writing the meta page", e));
+    if let Err(e) = storage.write(Step::WriteMeta, meta_off, &meta_page) {
+        return Err(undo(storage, "writing the meta page", e));
     }
     stats.bytes_written += meta_page.len() as u64;
     stats.pages_written += 1;
-    fault::point("bolt-fdatasync-meta");
-    if let Err(e) = file.sync_data() {
+    if let Err(e) = storage.sync_data(Step::SyncMeta) {
         return Err(CommitError {
             step: "syncing the meta page",
             source: e,
             restored: false,
         });
     }
-    stats.file_len_after = file.metadata().map(|m| m.len()).unwrap_or(0);
+    stats.file_len_after = storage.file_len().unwrap_or(0);
     Ok(stats)
 }

@@ -1,5 +1,67 @@
-//! A small engine for the bolt file format (go.etcd.io/bbolt, format version 2), enough to
-//! read containerd's `meta.db` and to replace existing values in one crash-safe transaction.
+//! Read, check and rewrite bbolt files (go.etcd.io/bbolt, format version 2): a small engine,
+//! enough to read containerd's `meta.db` and to replace existing values in one crash-safe
+//! transaction.
+//!
+//! ```
+//! use boltfile::{check, write, Db};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/stores/containerd-1.6.20/meta.db.before");
+//! let db = Db::read_path(fixture.as_ref())?;
+//! // The newest valid meta page; containerd 1.6 still syncs its freelist.
+//! assert!(db.meta.freelist_synced());
+//! let report = check::check(&db.view(), &db.meta);
+//! assert!(report.is_ok(), "{}", report.summary());
+//!
+//! // Walk: containerd's schema bucket `v1` holds one bucket per namespace.
+//! let view = db.view();
+//! let v1 = view.bucket(db.root(), b"v1", "v1")?.expect("a containerd store");
+//! let mut namespaces = Vec::new();
+//! view.for_each(v1, &mut |e| {
+//!     if e.is_bucket() {
+//!         namespaces.push(String::from_utf8_lossy(e.key).into_owned());
+//!     }
+//!     Ok(())
+//! })?;
+//! assert_eq!(namespaces, ["k8s.io"]);
+//!
+//! // Dump: every key, depth first; buckets have no value.
+//! let dump = db.dump()?;
+//! let containers: Vec<_> = dump
+//!     .iter()
+//!     .filter(|e| e.value.is_none() && e.path.len() == 3 && e.path[2] == b"containers")
+//!     .collect();
+//! assert_eq!(containers.len(), 9, "6 containers and 3 pod sandboxes");
+//!
+//! // Rewrite one value in a copy: plan (nothing written), check the planned tree, commit.
+//! let dir = tempfile::tempdir()?;
+//! let copy = dir.path().join("meta.db");
+//! std::fs::copy(fixture, &copy)?;
+//! let version = dump.iter().find(|e| e.path == [b"v1".to_vec()] && e.key == b"version").unwrap();
+//! let mut edits = write::Edits::default();
+//! edits.put(&[b"v1"], b"version", vec![42]);
+//! let plan = write::plan(&db, &report, &edits)?;
+//! assert!(check::check(&plan.view(&db.data), &plan.new_meta).is_ok());
+//! let file = std::fs::OpenOptions::new().read(true).write(true).open(&copy)?;
+//! write::commit(&file, &db.data, &plan)?;
+//! let after = Db::read_path(&copy)?;
+//! assert_eq!(after.meta.txid, db.meta.txid + 1);
+//! let v1 = after.view().bucket(after.root(), b"v1", "v1")?.unwrap();
+//! assert_eq!(after.view().get(v1, b"version")?.unwrap().value, [42]);
+//! assert_ne!(version.value.as_deref(), Some(&[42][..]));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Why a crate of its own
+//!
+//! The engine knows nothing about containerd: it is a file format, used by storepatch's
+//! containerd back-end, by the fuzz targets and by tests that build or damage bolt files. As a
+//! crate it is tested on its own (its tests need no store, no backup, no daemon), it cannot
+//! reach into the rest of the tool (its only side effects are the writes of
+//! [`write::commit`], through [`storage::Storage`], which is how tests inject failures and
+//! crash points), and `#![deny(missing_docs)]` holds it to documenting every on-disk field,
+//! because a reader of this code has to check it against bbolt's Go source and needs to know
+//! what each number means.
 //!
 //! # Why our own engine and not bbolt-rs
 //!
@@ -20,7 +82,9 @@
 //!   no reachable page freed, every page below the high-water mark reachable or free, only
 //!   branch/leaf pages in trees, key order inside pages and against the parent branch keys),
 //!   plus what Go's check assumes silently (page header ids, element bounds, cycles, depth).
-//! * **Write** ([`write`]): copy-on-write like `tx.Commit`: every page on the path from the
+//!   The tests also run Go bbolt's own check on every file the writer produces
+//!   (`tools/bbolt-check`, feature `test-support`).
+//! * **Write** ([`write`](mod@write)): copy-on-write like `tx.Commit`: every page on the path from the
 //!   root to a changed value is written to a *new* page (first-fit from pages that are free in
 //!   the current tree, else appended after the high-water mark); the pages this transaction
 //!   frees are never reused by it. The data pages are written and `fdatasync`ed, then the new
@@ -33,29 +97,46 @@
 //!   correct freelist page (free pages of the old tree that were not reused, plus the pages
 //!   this transaction replaced, plus the old freelist page); an unsynced one (1.7, 2.x) keeps
 //!   `freelist = 0xFFFF…`, and containerd rebuilds it by walking the tree, as it always does.
+//! * **Build** ([`build`]): a fresh file from a key/value tree (a bulk load), for benchmarks
+//!   and tests.
 //!
 //! Limits, by design: keys are never added or removed, so branch separator keys never change;
 //! a node that grows past one page keeps its keys and gets overflow pages instead of being
 //! split (valid bolt; bbolt splits it the next time it writes that node). An inline bucket that
 //! grows past bbolt's inline limit (pageSize/4) is moved to its own page, as bbolt would.
 
+#![deny(missing_docs)]
+
 pub mod build;
 pub mod check;
+pub mod storage;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod write;
 
 use std::fmt;
 use std::fs::File;
 use std::path::Path;
 
+/// bbolt's magic number, in both meta pages.
 pub const MAGIC: u32 = 0xED0C_DAED;
+/// The file format version bbolt 1.x writes and this engine reads.
 pub const VERSION: u32 = 2;
+/// Bytes of a page header: id u64, flags u16, count u16, overflow u32.
 pub const PAGE_HEADER: usize = 16;
+/// Bytes of one branch or leaf element in a page's element table.
 pub const ELEM_SIZE: usize = 16;
+/// Bytes of a bucket value's header: root page id u64 (0 = inline), sequence u64.
 pub const BUCKET_HEADER: usize = 16;
+/// Bytes of the meta struct after a meta page's header.
 pub const META_SIZE: usize = 64;
+/// Page flag of a branch page.
 pub const FLAG_BRANCH: u16 = 0x01;
+/// Page flag of a leaf page.
 pub const FLAG_LEAF: u16 = 0x02;
+/// Page flag of a meta page (pages 0 and 1).
 pub const FLAG_META: u16 = 0x04;
+/// Page flag of the freelist page.
 pub const FLAG_FREELIST: u16 = 0x10;
 /// Leaf element flag: the value is a nested bucket.
 pub const BUCKET_LEAF_FLAG: u32 = 0x01;
@@ -67,11 +148,14 @@ pub const MAX_DEPTH: usize = 64;
 /// A structural problem of a bolt file, located.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BoltError {
+    /// Where: a page, a bucket path, the meta pages, the file.
     pub at: String,
+    /// What is wrong there.
     pub reason: String,
 }
 
 impl BoltError {
+    /// An error at `at` (a page, bucket or file) because of `reason`.
     pub fn new(at: impl Into<String>, reason: impl Into<String>) -> Self {
         BoltError {
             at: at.into(),
@@ -122,16 +206,25 @@ pub fn fnv1a64(data: &[u8]) -> u64 {
 pub struct Meta {
     /// Which meta page (0 or 1) it was read from / is written to.
     pub page: u64,
+    /// [`MAGIC`] in a bolt file.
     pub magic: u32,
+    /// Format version ([`VERSION`]).
     pub version: u32,
+    /// Page size the file was created with (bbolt: the OS page size, usually 4096).
     pub page_size: u32,
+    /// Unused by bbolt (0).
     pub flags: u32,
+    /// Page id of the root bucket's tree.
     pub root: u64,
+    /// The root bucket's sequence (unused by containerd).
     pub sequence: u64,
+    /// Page id of the freelist page, or [`NO_FREELIST`] when the freelist is not synced.
     pub freelist: u64,
     /// High-water mark: number of pages in use.
     pub hwm: u64,
+    /// Transaction id of the commit that wrote this meta; the higher valid one wins.
     pub txid: u64,
+    /// FNV-1a 64 of the 56 bytes before it ([`fnv1a64`]); 0 is accepted, as in Go.
     pub checksum: u64,
 }
 
@@ -198,6 +291,7 @@ impl Meta {
         p
     }
 
+    /// Whether the file keeps a freelist page (containerd ≤ 1.6) rather than `NoFreelistSync`.
     pub fn freelist_synced(&self) -> bool {
         self.freelist != NO_FREELIST
     }
@@ -323,10 +417,15 @@ pub fn read_meta(data: &[u8]) -> Result<Meta, BoltError> {
 /// A page (its whole span, overflow included).
 #[derive(Debug, Clone, Copy)]
 pub struct Page<'a> {
+    /// The page id (checked against its header).
     pub id: u64,
+    /// The header's type flags ([`FLAG_BRANCH`], [`FLAG_LEAF`], ...).
     pub flags: u16,
+    /// Elements in the page (freelist: ids, or 0xFFFF when the count is in the first u64).
     pub count: usize,
+    /// Pages after this one that belong to it.
     pub overflow: u32,
+    /// The whole span: `(overflow + 1) * page_size` bytes, header included.
     pub buf: &'a [u8],
 }
 
@@ -335,9 +434,11 @@ pub struct Page<'a> {
 // first, its page walk (and so `tx.Check`) the branch bit. Accepting a mix would let our check
 // and our reader see two different trees; exact flags make it corruption, plainly reported.
 impl<'a> Page<'a> {
+    /// A leaf page (exactly [`FLAG_LEAF`]).
     pub fn is_leaf(&self) -> bool {
         self.flags == FLAG_LEAF
     }
+    /// A branch page (exactly [`FLAG_BRANCH`]).
     pub fn is_branch(&self) -> bool {
         self.flags == FLAG_BRANCH
     }
@@ -346,12 +447,16 @@ impl<'a> Page<'a> {
 /// One key/value of a leaf page (value of a bucket = its bucket header, maybe with an inline page).
 #[derive(Debug, Clone, Copy)]
 pub struct LeafElem<'a> {
+    /// Element flags: [`BUCKET_LEAF_FLAG`] for a nested bucket, else 0.
     pub flags: u32,
+    /// The key.
     pub key: &'a [u8],
+    /// The value; for a nested bucket its bucket header, maybe followed by an inline page.
     pub value: &'a [u8],
 }
 
 impl<'a> LeafElem<'a> {
+    /// Whether the value is a nested bucket.
     pub fn is_bucket(&self) -> bool {
         self.flags & BUCKET_LEAF_FLAG != 0
     }
@@ -360,12 +465,14 @@ impl<'a> LeafElem<'a> {
 /// Where a bucket's tree lives.
 #[derive(Debug, Clone, Copy)]
 pub enum Root<'a> {
+    /// A tree whose root page has this id.
     Page(u64),
     /// An inline bucket: the bytes of its fake leaf page (header included).
     Inline(&'a [u8]),
 }
 
-/// Decodes a bucket value (header + maybe inline page).
+/// Decodes a bucket value (header + maybe inline page) into its root and its sequence; `at`
+/// names it in errors.
 pub fn bucket_root<'a>(value: &'a [u8], at: &str) -> Result<(Root<'a>, u64), BoltError> {
     if value.len() < BUCKET_HEADER {
         return Err(BoltError::new(
@@ -389,9 +496,8 @@ pub fn bucket_root<'a>(value: &'a [u8], at: &str) -> Result<(Root<'a>, u64), Bol
     }
 }
 
-/// Parses the elements of a leaf page image (`buf` = the page span or an inline page).
 /// The elements of an inline bucket's page (`page` = the bytes after the bucket header),
-/// which must be a leaf.
+/// which must be a leaf; `at` names it in errors.
 pub fn inline_elems<'a>(
     page: &'a [u8],
     at: &dyn Fn() -> String,
@@ -406,6 +512,8 @@ pub fn inline_elems<'a>(
     leaf_elems(page, rd_u16(page, 10) as usize, at)
 }
 
+/// Parses the `count` elements of a leaf page image (`buf` = the page span or an inline
+/// page), bounds-checked; `at` names the page in errors.
 pub fn leaf_elems<'a>(
     buf: &'a [u8],
     count: usize,
@@ -481,13 +589,18 @@ pub fn branch_elems<'a>(
 /// with pages a transaction is about to write (so it can be checked before anything is written).
 #[derive(Clone, Copy)]
 pub struct View<'a> {
+    /// The whole file.
     pub data: &'a [u8],
+    /// Pages (by id, whole spans) that replace the file's bytes in this view.
     pub overlay: Option<&'a std::collections::BTreeMap<u64, Vec<u8>>>,
+    /// The file's page size.
     pub page_size: usize,
+    /// High-water mark of the transaction viewed: pages at or above it do not exist.
     pub hwm: u64,
 }
 
 impl<'a> View<'a> {
+    /// The tree of `meta` in the file `data`.
     pub fn new(data: &'a [u8], meta: &Meta) -> Self {
         View {
             data,
@@ -688,7 +801,9 @@ pub fn child_index(elems: &[(&[u8], u64)], key: &[u8]) -> usize {
 
 /// The bytes of an open bolt file: a read-only shared mapping, or a private copy.
 pub enum Data {
+    /// A read-only shared mapping of the file.
     Map(memmap2::Mmap),
+    /// The file's bytes in memory.
     Owned(Vec<u8>),
 }
 
@@ -704,7 +819,9 @@ impl std::ops::Deref for Data {
 
 /// A bolt file opened for reading: its bytes and the meta bbolt would use.
 pub struct Db {
+    /// The file's bytes.
     pub data: Data,
+    /// The meta bbolt would use ([`read_meta`]).
     pub meta: Meta,
 }
 
@@ -728,11 +845,13 @@ impl Db {
         Db::from_data(data)
     }
 
+    /// Opens the bolt file held in `data` (validates the meta pages only).
     pub fn from_data(data: Data) -> Result<Db, BoltError> {
         let meta = read_meta(&data)?;
         Ok(Db { data, meta })
     }
 
+    /// Opens the bolt file held in `bytes`.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Db, BoltError> {
         Db::from_data(Data::Owned(bytes))
     }
@@ -744,10 +863,12 @@ impl Db {
         Db::from_bytes(bytes)
     }
 
+    /// The current transaction's tree.
     pub fn view(&self) -> View<'_> {
         View::new(&self.data, &self.meta)
     }
 
+    /// The root bucket of the current transaction.
     pub fn root(&self) -> Root<'_> {
         Root::Page(self.meta.root)
     }
@@ -765,7 +886,9 @@ impl Db {
 /// One line of [`Db::dump`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DumpEntry {
+    /// The bucket holding the key, as the keys from the root bucket down (empty: the root).
     pub path: Vec<Vec<u8>>,
+    /// The key.
     pub key: Vec<u8>,
     /// `None` for a nested bucket.
     pub value: Option<Vec<u8>>,
