@@ -12,9 +12,15 @@ use kubelet_rehash_fuzz::is_token_replacement;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use storepatch::docker::{self, DOCKER_TYPE_LABEL, HASH_LABEL, HASH_WITHOUT_RESOURCES_LABEL};
-use storepatch::Rewrite;
+use storepatch::{Hash, Rewrite};
 
-const NEW_VALUES: [&str; 4] = ["deadbeef", "0", "ffffffffffffffff", "3c42280f"];
+const NEW_VALUES: [&str; 4] = ["deadbeef", "0", "ffffffff", "3c42280f"];
+
+fn new_value(pick: usize) -> Hash {
+    NEW_VALUES[pick % NEW_VALUES.len()]
+        .parse()
+        .expect("a kubelet hash")
+}
 
 fuzz_target!(|data: &[u8]| {
     let doc: Option<Value> = serde_json::from_slice(data).ok();
@@ -28,9 +34,8 @@ fuzz_target!(|data: &[u8]| {
     let pick = data.iter().fold(0usize, |a, &b| a.wrapping_add(b as usize));
     let rw = Rewrite {
         id,
-        hash: NEW_VALUES[pick % NEW_VALUES.len()].to_string(),
-        hash_without_resources: (pick % 3 != 0)
-            .then(|| NEW_VALUES[(pick / 5) % NEW_VALUES.len()].to_string()),
+        hash: new_value(pick),
+        hash_without_resources: (pick % 3 != 0).then(|| new_value(pick / 5)),
     };
     let result = docker::edit_config(data, &rw, "fuzz/config.v2.json");
     let Ok(new) = result else {
@@ -55,8 +60,9 @@ fuzz_target!(|data: &[u8]| {
 
     // the reference model: which labels change, and to what
     let mut changes: Vec<(String, String)> = Vec::new();
-    if old_hash != rw.hash {
-        changes.push((old_hash.to_string(), rw.hash.clone()));
+    let new_hash = rw.hash.to_string();
+    if old_hash != new_hash {
+        changes.push((old_hash.to_string(), new_hash.clone()));
     }
     let mut expect = doc.clone();
     let ex_labels = expect
@@ -64,11 +70,11 @@ fuzz_target!(|data: &[u8]| {
         .and_then(|c| c.get_mut("Labels"))
         .and_then(Value::as_object_mut)
         .unwrap();
-    ex_labels.insert(HASH_LABEL.to_string(), Value::String(rw.hash.clone()));
-    if let Some(h) = &rw.hash_without_resources {
+    ex_labels.insert(HASH_LABEL.to_string(), Value::String(new_hash));
+    if let Some(h) = rw.hash_without_resources.map(|h| h.to_string()) {
         match labels.get(HASH_WITHOUT_RESOURCES_LABEL) {
             Some(Value::String(old)) => {
-                if old != h {
+                if *old != h {
                     changes.push((old.clone(), h.clone()));
                 }
                 ex_labels.insert(

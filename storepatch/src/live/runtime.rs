@@ -3,12 +3,12 @@
 
 use crate::runtime::LiveContainer;
 use crate::StoreError;
-use crate::{HASH_ANNOTATION, HASH_WITHOUT_RESOURCES_ANNOTATION};
 
 /// Every container the CRI runtime at `endpoint` lists, with its status.
 #[cfg(feature = "live")]
 pub fn cri_live_containers(endpoint: &str) -> Result<Vec<LiveContainer>, StoreError> {
     use crate::live::cri::CriClient;
+    use crate::{HASH_ANNOTATION, HASH_WITHOUT_RESOURCES_ANNOTATION};
     let live = |e: String| StoreError::Live(format!("cannot ask the runtime at {endpoint}: {e}"));
     let client = CriClient::connect(endpoint).map_err(|e| live(e.to_string()))?;
     let all = client.list_containers().map_err(|e| live(e.to_string()))?;
