@@ -1,5 +1,5 @@
 //! The CRI plugin's container/sandbox extension: a protobuf `Any` whose value is the JSON of
-//! `containerstore.Metadata` / `sandboxstore.Metadata` (see research/stores.md §2).
+//! `containerstore.Metadata` / `sandboxstore.Metadata` (see docs/research/stores.md §2).
 //!
 //! Reading mirrors what the CRI plugin needs to load a container on restart (exact type_url,
 //! `Version == "v1"`, `Metadata` object, string-valued `annotations`/`labels` maps). Writing
