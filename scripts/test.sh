@@ -44,3 +44,5 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# every library crate documents every public item (#![deny(missing_docs)]) with links that resolve
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --lib --exclude kubelet-rehash

@@ -13,7 +13,7 @@
 //!    kubelet computes and whether the stored hash is *proven* (what the current kubelet
 //!    computes for the spec the API server serves). Only proven hashes are rewritten: an
 //!    unproven one means the spec changed, and the restart is the right outcome.
-//! 3. [`patch`] refuses while the runtime runs, backs up, rewrites, and reads back.
+//! 3. [`patch()`] refuses while the runtime runs, backs up, rewrites, and reads back.
 //! 4. [`verify()`] (offline) or [`verify_live`] (after the runtime restarted) checks.
 //! 5. [`rollback()`] / [`rollback_values`] undo.
 //!

@@ -56,6 +56,7 @@ pub const MAX_DEPTH: usize = 128;
 pub struct SpanError {
     /// Byte offset in the scanned input (for an edit: the start of the span it replaces).
     pub at: usize,
+    /// What is wrong.
     pub reason: Reason,
 }
 
@@ -84,13 +85,33 @@ pub enum Reason {
     NotAnObject,
     /// More than one member Go would decode into struct field `field` (it folds case and merges
     /// repeated objects; serde_json would read only the last).
-    AmbiguousField { field: String, members: usize },
+    AmbiguousField {
+        /// The Go struct field.
+        field: String,
+        /// How many members would decode into it.
+        members: usize,
+    },
     /// The one member for struct field `field` is spelled `key`: Go reads it, serde_json not.
-    FieldCase { field: String, key: String },
+    FieldCase {
+        /// The Go struct field.
+        field: String,
+        /// The member as spelled.
+        key: String,
+    },
     /// The value of `key` is not a JSON string (`value` says what it is).
-    NotAString { key: String, value: Kind },
+    NotAString {
+        /// The member as spelled.
+        key: String,
+        /// What the value is.
+        value: Kind,
+    },
     /// The value of struct field `field` is neither an object nor null.
-    FieldNotAnObject { field: String, value: Kind },
+    FieldNotAnObject {
+        /// The Go struct field.
+        field: String,
+        /// What the value is.
+        value: Kind,
+    },
     /// A new string value needs escaping; refused because the exact escape form depends on the
     /// Go version that wrote the file (Go 1.22 changed `\b`, `\f`), and every value written is
     /// a kubelet hash (lowercase hex).
@@ -147,11 +168,17 @@ fn fail<T>(at: usize, reason: Reason) -> Result<T, SpanError> {
 /// The kind of a JSON value, from its first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `{…}`
     Object,
+    /// `[…]`
     Array,
+    /// `"…"`
     String,
+    /// A number.
     Number,
+    /// `true` or `false`.
     Bool,
+    /// `null`.
     Null,
 }
 
@@ -178,6 +205,7 @@ pub struct Member<'a> {
     pub key_at: usize,
     /// The raw value (for a string: opening quote to closing quote, both included).
     pub value: Span,
+    /// What the value is.
     pub kind: Kind,
 }
 
@@ -188,6 +216,7 @@ pub struct Object<'a> {
     bytes: &'a [u8],
     /// The object itself, braces included.
     pub span: Span,
+    /// Every member, in document order, duplicates included.
     pub members: Vec<Member<'a>>,
 }
 
@@ -340,6 +369,7 @@ pub fn object_at(bytes: &[u8], at: usize) -> Result<Object<'_>, SpanError> {
 /// A decoded string literal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
+    /// The decoded text.
     pub text: String,
     /// The literal, quotes included.
     pub span: Span,

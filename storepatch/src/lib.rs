@@ -54,6 +54,8 @@
 //! # }
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod atomic;
 pub mod backup;
 pub mod containerd;
@@ -182,7 +184,7 @@ pub struct ScanReport {
 pub struct Rewrite {
     /// The record's id, from [`RuntimeStore::scan`].
     pub id: String,
-    /// The new `io.kubernetes.container.hash`; a [`Hash`] can only hold what a kubelet writes.
+    /// The new `io.kubernetes.container.hash`; a [`Hash`](struct@Hash) can only hold what a kubelet writes.
     pub hash: Hash,
     /// The new `hashWithoutResources`, written only where the record already carries one.
     pub hash_without_resources: Option<Hash>,

@@ -10,23 +10,30 @@ use crate::jsonspan;
 use serde_json::Value;
 use std::ops::Range;
 
+/// The extension key under which the CRI plugin stores a container's metadata.
 pub const CONTAINER_EXT: &str = "io.cri-containerd.container.metadata";
+/// The extension key of a sandbox's metadata.
 pub const SANDBOX_EXT: &str = "io.cri-containerd.sandbox.metadata";
+/// The `Any` type URL the CRI plugin gives container metadata (and only loads).
 pub const CONTAINER_TYPE_URL: &str = "github.com/containerd/cri/pkg/store/container/Metadata";
+/// The `Any` type URL of sandbox metadata.
 pub const SANDBOX_TYPE_URL: &str = "github.com/containerd/cri/pkg/store/sandbox/Metadata";
 
 /// `google.protobuf.Any`, as containerd's typeurl writes it.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Any {
     #[prost(string, tag = "1")]
+    /// The `Any`'s type URL.
     pub type_url: String,
     #[prost(bytes = "vec", tag = "2")]
+    /// The `Any`'s value bytes (JSON for the CRI plugin).
     pub value: Vec<u8>,
 }
 
 /// Where the parts of an encoded `Any` are.
 #[derive(Debug, Clone)]
 pub struct AnyLayout {
+    /// The `Any`'s type URL.
     pub type_url: String,
     /// The varint length prefix of field 2.
     pub len_prefix: Range<usize>,
@@ -50,6 +57,7 @@ fn varint(b: &[u8], i: &mut usize) -> Result<u64, String> {
     Err("varint too long".into())
 }
 
+/// Appends `v` as a protobuf varint.
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -120,15 +128,25 @@ pub fn any_layout(raw: &[u8]) -> Result<AnyLayout, String> {
 /// What the scan needs from a container's (or sandbox's) metadata.
 #[derive(Debug, Clone, Default)]
 pub struct Decoded {
+    /// `Metadata.ID`.
     pub id: Option<String>,
+    /// `Metadata.Name`.
     pub name: Option<String>,
+    /// `Metadata.SandboxID`.
     pub sandbox_id: Option<String>,
+    /// `Config.metadata.name`: the container name.
     pub meta_name: Option<String>,
+    /// `Config.metadata.attempt`.
     pub attempt: Option<u32>,
+    /// Pod namespace (sandbox metadata).
     pub meta_namespace: Option<String>,
+    /// Pod uid (sandbox metadata).
     pub meta_uid: Option<String>,
+    /// `Config.labels`.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// `Config.annotations`, the kubelet's hashes among them.
     pub annotations: std::collections::BTreeMap<String, String>,
+    /// `Config.image.image`.
     pub config_image: Option<String>,
 }
 
@@ -175,6 +193,7 @@ pub fn decode(raw: &[u8], type_url: &str) -> Result<(Decoded, Value), String> {
     decode_json(&raw[l.value])
 }
 
+/// Decodes the JSON of a CRI metadata value, refusing what Go would read differently.
 pub fn decode_json(json: &[u8]) -> Result<(Decoded, Value), String> {
     let doc: Value =
         serde_json::from_slice(json).map_err(|e| format!("JSON does not decode: {e}"))?;

@@ -36,6 +36,7 @@ impl CrioStore {
         Self::with_options(graphroot, CrioOptions::default())
     }
 
+    /// A store at `graphroot` with the given runroot, socket and pid file (the runroot discovered when absent).
     pub fn with_options(graphroot: &Path, options: CrioOptions) -> Result<Self, StoreError> {
         if !is_dir(graphroot) {
             return Err(StoreError::RootMissing(graphroot.to_path_buf()));
@@ -104,14 +105,17 @@ impl CrioStore {
         })
     }
 
+    /// The graphroot.
     pub fn graphroot(&self) -> &Path {
         &self.graphroot
     }
 
+    /// The runroot, when there is one.
     pub fn runroot(&self) -> Option<&Path> {
         self.runroot.as_deref()
     }
 
+    /// The CRI socket the running check probes.
     pub fn socket(&self) -> &Path {
         &self.socket
     }

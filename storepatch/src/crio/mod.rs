@@ -82,7 +82,9 @@ pub const CRIO_LABELS: &str = "io.kubernetes.cri-o.Labels";
 pub const CRIO_METADATA: &str = "io.kubernetes.cri-o.Metadata";
 /// `container` or `sandbox`.
 pub const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
+/// CRI-O's image name annotation.
 pub const CRIO_IMAGE_NAME: &str = "io.kubernetes.cri-o.ImageName";
+/// CRI-O's container id annotation.
 pub const CRIO_CONTAINER_ID: &str = "io.kubernetes.cri-o.ContainerID";
 /// Containers of other managers (podman: `libpod`) are ignored by CRI-O, and by us.
 pub const CONTAINER_MANAGER: &str = "io.container.manager";

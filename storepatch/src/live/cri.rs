@@ -15,6 +15,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// `runtime.v1` messages (subset), field numbers from cri-api `api.proto`.
+///
+/// Each message and field mirrors `api.proto` name for name, and is documented there; repeating
+/// that text here would only drift from it, so this module alone is exempt from `missing_docs`.
+#[allow(missing_docs)]
 pub mod v1 {
     use std::collections::HashMap;
 
@@ -161,21 +165,41 @@ pub use v1::ContainerState;
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
     #[error("CRI endpoint {endpoint}: {reason}")]
-    Endpoint { endpoint: String, reason: String },
+    /// The endpoint is not a `unix://` path we can use.
+    Endpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What went wrong.
+        reason: String,
+    },
     #[error("cannot connect to the CRI at {endpoint}: {reason}")]
-    Connect { endpoint: String, reason: String },
+    /// Nothing answers there.
+    Connect {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What went wrong.
+        reason: String,
+    },
     #[error("CRI {method} failed: {code:?}: {message}")]
+    /// A call failed with a gRPC status.
     Rpc {
+        /// The CRI method.
         method: &'static str,
+        /// The gRPC status code.
         code: tonic::Code,
+        /// The runtime's message.
         message: String,
     },
     #[error("CRI {method} answered something unexpected: {reason}")]
+    /// A call answered, but not what the CRI promises.
     Unexpected {
+        /// The CRI method.
         method: &'static str,
+        /// What was wrong with the answer.
         reason: String,
     },
     #[error("cannot start the client runtime: {0}")]
+    /// The async runtime the client needs could not start.
     Runtime(std::io::Error),
 }
 
@@ -183,11 +207,17 @@ pub enum CriError {
 /// `ContainerStatus(verbose)`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CriContainer {
+    /// The container id.
     pub id: String,
+    /// Its sandbox.
     pub pod_sandbox_id: String,
+    /// `metadata.name`: the container name the kubelet gave.
     pub name: String,
+    /// `metadata.attempt`.
     pub attempt: u32,
+    /// The annotations, the kubelet's hashes among them.
     pub annotations: HashMap<String, String>,
+    /// The labels (pod identity).
     pub labels: HashMap<String, String>,
     /// `CONTAINER_CREATED`, `CONTAINER_RUNNING`, `CONTAINER_EXITED` or `CONTAINER_UNKNOWN`.
     pub state: String,
@@ -205,6 +235,7 @@ pub fn container_state_name(state: i32) -> String {
 }
 
 impl ContainerState {
+    /// The proto enum name, e.g. `CONTAINER_RUNNING`.
     pub fn as_str_name(self) -> &'static str {
         match self {
             ContainerState::ContainerCreated => "CONTAINER_CREATED",
@@ -272,6 +303,7 @@ impl CriClient {
         Self::connect_with_timeout(endpoint, Duration::from_secs(120))
     }
 
+    /// [`CriClient::connect`] with a timeout for the connection and every call.
     pub fn connect_with_timeout(endpoint: &str, timeout: Duration) -> Result<CriClient, CriError> {
         let path = socket_path(endpoint)?;
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -291,6 +323,7 @@ impl CriClient {
         })
     }
 
+    /// The endpoint this client talks to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }

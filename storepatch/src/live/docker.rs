@@ -15,29 +15,47 @@ use std::time::Duration;
 pub const API_VERSION: &str = "1.41";
 
 #[derive(Debug, thiserror::Error)]
+/// Errors of the Engine API client.
 pub enum ApiError {
     #[error("docker socket {socket}: {source}")]
+    /// The socket could not be used.
     Io {
+        /// The socket.
         socket: PathBuf,
         #[source]
+        /// What the system said.
         source: std::io::Error,
     },
     #[error("docker API {method} {path}: HTTP {status}: {message}")]
+    /// dockerd answered with an HTTP error.
     Http {
+        /// The HTTP method.
         method: String,
+        /// The request path.
         path: String,
+        /// The HTTP status.
         status: u16,
+        /// dockerd's message.
         message: String,
     },
     #[error("docker API {what}: cannot decode the answer: {reason}")]
-    Decode { what: String, reason: String },
+    /// The answer is not what the API documents.
+    Decode {
+        /// What was asked.
+        what: String,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 /// One HTTP answer.
 #[derive(Debug, Clone)]
 pub struct HttpResponse {
+    /// HTTP status code.
     pub status: u16,
+    /// Header names and values, in order.
     pub headers: Vec<(String, String)>,
+    /// The body, de-chunked.
     pub body: Vec<u8>,
 }
 
@@ -45,34 +63,45 @@ pub struct HttpResponse {
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct ContainerSummary {
     #[serde(rename = "Id")]
+    /// Container id.
     pub id: String,
     #[serde(rename = "Names", default)]
+    /// Names (`/k8s_…` for the kubelet's).
     pub names: Vec<String>,
     #[serde(rename = "Image", default)]
+    /// Image reference.
     pub image: String,
     #[serde(rename = "Labels", default)]
+    /// Labels, the kubelet's hashes among them.
     pub labels: Option<BTreeMap<String, String>>,
     /// `created`, `running`, `exited`, …
     #[serde(rename = "State", default)]
     pub state: String,
     #[serde(rename = "Status", default)]
+    /// Human status text.
     pub status: String,
 }
 
 /// What `GET /containers/<id>/json` says about one container (the fields we use).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerInspect {
+    /// Container id.
     pub id: String,
+    /// Name.
     pub name: String,
+    /// `Config.Labels`.
     pub labels: BTreeMap<String, String>,
+    /// `State.Running`.
     pub running: bool,
     /// `running`, `exited`, …
     pub status: String,
     /// 0 when not running.
     pub pid: u32,
+    /// `State.StartedAt`: tells a restart even when pids are reused.
     pub started_at: String,
     /// `Config.Image` as created, and the image id.
     pub image: String,
+    /// `Image`: the image id.
     pub image_id: String,
 }
 
@@ -128,15 +157,18 @@ impl DockerClient {
         }
     }
 
+    /// The same client with another timeout per request.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
+    /// The socket it talks to.
     pub fn socket(&self) -> &Path {
         &self.socket
     }
 
+    /// The API version it speaks (after [`DockerClient::negotiate`]).
     pub fn version(&self) -> &str {
         &self.version
     }
