@@ -366,3 +366,18 @@ fn embedded_edits_are_escaped_once_more() {
     let emb: serde_json::Value = serde_json::from_str(v["e"].as_str().unwrap()).unwrap();
     assert_eq!(emb["h"], "ffee");
 }
+
+/// Descending a path re-finds members without re-checking bytes; whatever the skipped values
+/// hold (escaped quotes and brackets, `\u` escapes, nested arrays, exponents, literals), it
+/// finds exactly the members a checking scan of the same object finds.
+#[test]
+fn descending_finds_what_a_checking_scan_finds() {
+    let doc = br#"{"A": {"s": "x\"}]\\", "u": "\u0022}", "n": [1, -2.5e+3, [true, null, {"q": "]"}]], "B": {"k": "v\"", "C": {"x": "1", "y": 2e5}}, "z": false}}"#;
+    let b = root(doc).unwrap().path(&["A", "B"]).unwrap().unwrap();
+    let checked = object_at(doc, b.span.start).unwrap();
+    assert_eq!(b, checked, "same object, same members");
+    let c = b.path(&["C"]).unwrap().unwrap();
+    assert_eq!(c, object_at(doc, c.span.start).unwrap());
+    assert_eq!(&doc[c.get("x").unwrap().value.clone()], br#""1""#);
+    assert_eq!(&doc[c.get("y").unwrap().value.clone()], b"2e5");
+}
