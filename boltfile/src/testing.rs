@@ -285,3 +285,48 @@ pub fn bbolt_rejects(path: &Path) -> Option<bool> {
         }
     }
 }
+
+/// Offset in `bytes` of the value of the first element (depth first) for which `find(key,
+/// value)` holds, among values stored in the file itself (not copies): where a test damages
+/// a file on purpose. Panics when there is none.
+pub fn value_offset(bytes: &[u8], find: impl Fn(&[u8], &[u8]) -> bool) -> usize {
+    use crate::{bucket_root, Root, View};
+    let db = Db::from_bytes(bytes.to_vec()).unwrap();
+    let view = db.view();
+    let mut found = None;
+    fn walk<'a>(
+        view: &View<'a>,
+        root: Root<'a>,
+        found: &mut Option<usize>,
+        base: usize,
+        find: &dyn Fn(&[u8], &[u8]) -> bool,
+    ) {
+        let mut elems = Vec::new();
+        view.for_each(root, &mut |e| {
+            elems.push(e);
+            Ok(())
+        })
+        .unwrap();
+        for e in elems {
+            if found.is_some() {
+                return;
+            }
+            if find(e.key, e.value) && e.value.as_ptr() as usize >= base {
+                *found = Some(e.value.as_ptr() as usize - base);
+                return;
+            }
+            if e.is_bucket() {
+                let (r, _) = bucket_root(e.value, "t").unwrap();
+                walk(view, r, found, base, find);
+            }
+        }
+    }
+    walk(
+        &view,
+        db.root(),
+        &mut found,
+        db.data.as_ptr() as usize,
+        &find,
+    );
+    found.expect("no such element")
+}

@@ -4,7 +4,7 @@
 
 mod common;
 
-use boltfile::testing::{assert_bbolt_check, bbolt_rejects};
+use boltfile::testing::{assert_bbolt_check, bbolt_rejects, value_offset as offset_of};
 use boltfile::{check::check, fnv1a64, Db, Meta};
 use common::*;
 

@@ -702,47 +702,7 @@ fn bad_bolt_files_refused_by_the_store() {
     assert_eq!(r.store().scan().unwrap().records.len(), 9);
 }
 
-/// Offset in `bytes` of the value of the first non-inline nested bucket under `path`.
-fn offset_of(bytes: &[u8], find: impl Fn(&[u8], &[u8]) -> bool) -> usize {
-    let db = Db::from_bytes(bytes.to_vec()).unwrap();
-    let view = db.view();
-    let mut found = None;
-    fn walk<'a>(
-        view: &bolt::View<'a>,
-        root: Root<'a>,
-        found: &mut Option<usize>,
-        base: usize,
-        find: &dyn Fn(&[u8], &[u8]) -> bool,
-    ) {
-        let mut elems = Vec::new();
-        view.for_each(root, &mut |e| {
-            elems.push(e);
-            Ok(())
-        })
-        .unwrap();
-        for e in elems {
-            if found.is_some() {
-                return;
-            }
-            if find(e.key, e.value) && e.value.as_ptr() as usize >= base {
-                *found = Some(e.value.as_ptr() as usize - base);
-                return;
-            }
-            if e.is_bucket() {
-                let (r, _) = bolt::bucket_root(e.value, "t").unwrap();
-                walk(view, r, found, base, find);
-            }
-        }
-    }
-    walk(
-        &view,
-        db.root(),
-        &mut found,
-        db.data.as_ptr() as usize,
-        &find,
-    );
-    found.expect("no such element")
-}
+use storepatch::containerd::bolt::testing::value_offset as offset_of;
 
 fn is_paged_bucket(key: &[u8], v: &[u8]) -> bool {
     key == b"extensions" && v.len() == 16 && v[..8] != [0; 8]

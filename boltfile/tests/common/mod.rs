@@ -77,50 +77,6 @@ pub fn checked_kv(bytes: &[u8], what: &str) -> Kv {
     kv_of(&db)
 }
 
-/// Offset in `bytes` of the value of the first element (depth first) for which `find(key,
-/// value)` holds, among values stored in the file itself (not copies).
-pub fn offset_of(bytes: &[u8], find: impl Fn(&[u8], &[u8]) -> bool) -> usize {
-    use boltfile::{bucket_root, Root, View};
-    let db = Db::from_bytes(bytes.to_vec()).unwrap();
-    let view = db.view();
-    let mut found = None;
-    fn walk<'a>(
-        view: &View<'a>,
-        root: Root<'a>,
-        found: &mut Option<usize>,
-        base: usize,
-        find: &dyn Fn(&[u8], &[u8]) -> bool,
-    ) {
-        let mut elems = Vec::new();
-        view.for_each(root, &mut |e| {
-            elems.push(e);
-            Ok(())
-        })
-        .unwrap();
-        for e in elems {
-            if found.is_some() {
-                return;
-            }
-            if find(e.key, e.value) && e.value.as_ptr() as usize >= base {
-                *found = Some(e.value.as_ptr() as usize - base);
-                return;
-            }
-            if e.is_bucket() {
-                let (r, _) = bucket_root(e.value, "t").unwrap();
-                walk(view, r, found, base, find);
-            }
-        }
-    }
-    walk(
-        &view,
-        db.root(),
-        &mut found,
-        db.data.as_ptr() as usize,
-        &find,
-    );
-    found.expect("no such element")
-}
-
 /// A containerd `extensions` bucket that lives in its own page (not inline).
 pub fn is_paged_bucket(key: &[u8], v: &[u8]) -> bool {
     key == b"extensions" && v.len() == 16 && v[..8] != [0; 8]
