@@ -330,3 +330,23 @@ pub fn value_offset(bytes: &[u8], find: impl Fn(&[u8], &[u8]) -> bool) -> usize 
     );
     found.expect("no such element")
 }
+
+/// A bolt file's logical content: (bucket path, key) → (value, or `None` for a bucket; the
+/// bucket's sequence). Two files with equal `Kv`s hold the same data whatever their layout.
+pub type Kv = std::collections::BTreeMap<(Vec<Vec<u8>>, Vec<u8>), (Option<Vec<u8>>, u64)>;
+
+/// The content of `db` as a [`Kv`].
+pub fn kv_of(db: &Db) -> Result<Kv, crate::BoltError> {
+    Ok(db
+        .dump()?
+        .into_iter()
+        .map(
+            |DumpEntry {
+                 path,
+                 key,
+                 value,
+                 sequence,
+             }| ((path, key), (value, sequence)),
+        )
+        .collect())
+}

@@ -260,31 +260,21 @@ impl std::convert::From<Error> for Failure {
 
 type Done = Result<u8, Failure>;
 
-fn read_input(file: &Option<PathBuf>) -> Result<Vec<u8>, String> {
-    match file {
+/// The bytes of `path`, or of standard input for `-` (or no path). `file` and `stdin` name
+/// the source in the error: "cannot read {file}{path}" / "cannot read {stdin}".
+fn read_source(path: Option<&Path>, file: &str, stdin: &str) -> Result<Vec<u8>, String> {
+    match path {
         Some(p) if p.as_os_str() != "-" => {
-            std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+            std::fs::read(p).map_err(|e| format!("cannot read {file}{}: {e}", p.display()))
         }
         _ => {
             let mut buf = Vec::new();
             std::io::stdin()
                 .read_to_end(&mut buf)
-                .map_err(|e| format!("cannot read standard input: {e}"))?;
+                .map_err(|e| format!("cannot read {stdin}: {e}"))?;
             Ok(buf)
         }
     }
-}
-
-fn read_pods(path: &Path) -> Result<Vec<u8>, Failure> {
-    if path.as_os_str() == "-" {
-        let mut buf = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut buf)
-            .map_err(|e| Failure::usage(format!("cannot read pods from stdin: {e}")))?;
-        return Ok(buf);
-    }
-    std::fs::read(path)
-        .map_err(|e| Failure::usage(format!("cannot read pods file {}: {e}", path.display())))
 }
 
 fn parse_version(flag: &str, s: &str) -> Result<KubeletVersion, Failure> {
@@ -326,7 +316,7 @@ fn plan_node(
 ) -> Result<(Box<dyn storepatch::RuntimeStore>, Plan), Failure> {
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
-    let pods = read_pods(pods)?;
+    let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
     let location = store.location()?;
     let store = location.open()?;
     let plan = Plan::build(&pods, store.as_ref(), from, to)?;
@@ -539,7 +529,7 @@ fn cmd_hash(
     out: &mut dyn Write,
 ) -> Done {
     let versions = parse_versions(kubelet_version).map_err(Failure::usage)?;
-    let input = read_input(file).map_err(Failure::usage)?;
+    let input = read_source(file.as_deref(), "", "standard input").map_err(Failure::usage)?;
     let result = if explain {
         if versions.len() != 1 {
             return Err(Failure::usage(

@@ -24,15 +24,12 @@ pub struct Stderr {
 }
 
 impl Stderr {
-    fn stop(&self, changed: usize) {
-        if let Some(r) = self.spinner.borrow_mut().take() {
-            r.done.store(true, Ordering::Relaxed);
-            let _ = r.thread.join();
-            eprintln!(
-                "\r✓ rewrote {changed} containers in {:.2}s                    ",
-                r.started.elapsed().as_secs_f64()
-            );
-        }
+    /// Stops the spinner, if one runs; returns when it started.
+    fn halt(&self) -> Option<Instant> {
+        let r = self.spinner.borrow_mut().take()?;
+        r.done.store(true, Ordering::Relaxed);
+        let _ = r.thread.join();
+        Some(r.started)
     }
 }
 
@@ -70,7 +67,14 @@ impl Progress for Stderr {
                     });
                 }
             }
-            Event::RewriteFinished { changed, .. } => self.stop(changed),
+            Event::RewriteFinished { changed, .. } => {
+                if let Some(started) = self.halt() {
+                    eprintln!(
+                        "\r✓ rewrote {changed} containers in {:.2}s                    ",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
             Event::ReadBackStarted => {}
         }
     }
@@ -79,9 +83,7 @@ impl Progress for Stderr {
 impl Drop for Stderr {
     fn drop(&mut self) {
         // A failed apply never sends RewriteFinished: the spinner still stops.
-        if let Some(r) = self.spinner.get_mut().take() {
-            r.done.store(true, Ordering::Relaxed);
-            let _ = r.thread.join();
+        if self.halt().is_some() {
             eprintln!();
         }
     }

@@ -3,11 +3,11 @@
 //! input the issue lists. The live-daemon tests are in containerd_live.rs.
 
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use storepatch::backup::{self, Backup};
-use storepatch::containerd::bolt::{self, check::check, Db, DumpEntry, Root};
+use storepatch::containerd::bolt::{self, check::check, Db, Root};
 use storepatch::containerd::{cri, ContainerdOptions, ContainerdStore, META_DB};
 use storepatch::{RecordKind, Rewrite, RuntimeStore, StoreError, StoreRecord};
 
@@ -136,22 +136,9 @@ fn check_clean(path: &Path) -> bolt::check::CheckReport {
     r
 }
 
-type Kv = BTreeMap<(Vec<Vec<u8>>, Vec<u8>), (Option<Vec<u8>>, u64)>;
+use storepatch::containerd::bolt::testing::Kv;
 fn kv(path: &Path) -> Kv {
-    Db::read_path(path)
-        .unwrap()
-        .dump()
-        .unwrap()
-        .into_iter()
-        .map(
-            |DumpEntry {
-                 path,
-                 key,
-                 value,
-                 sequence,
-             }| ((path, key), (value, sequence)),
-        )
-        .collect()
+    bolt::testing::kv_of(&Db::read_path(path).unwrap()).unwrap()
 }
 
 /// Keys whose values differ (same key set required).

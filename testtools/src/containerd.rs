@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -399,13 +398,7 @@ impl Harness {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        // its own session, so signals to the test's process group never reach it
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
+        crate::in_own_session(&mut cmd);
         let child = cmd.spawn().expect("spawn containerd");
         self.daemon = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);

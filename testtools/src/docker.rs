@@ -6,7 +6,6 @@
 
 use serde_json::Value;
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -139,13 +138,7 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        // SAFETY: setsid is async-signal-safe; a new session keeps dockerd out of our group.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
+        crate::in_own_session(&mut cmd);
         if !self.path("daemon.json").exists() {
             fs::write(self.path("daemon.json"), b"{}\n").unwrap();
         }

@@ -15,3 +15,16 @@
 pub mod containerd;
 pub mod cri;
 pub mod docker;
+
+/// Makes `cmd` start its child in a session of its own, so signals sent to the test's process
+/// group (a Ctrl-C, a harness's kill) never reach the private daemon: its Drop guard stops it.
+pub fn in_own_session(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe, the only call between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        })
+    }
+}

@@ -2,8 +2,7 @@
 //! Go bbolt itself) under the workspace's fixtures/.
 #![allow(dead_code)] // each test binary uses its own part
 
-use boltfile::{check::check, Db, DumpEntry};
-use std::collections::BTreeMap;
+use boltfile::{check::check, Db};
 use std::path::{Path, PathBuf};
 
 pub fn fixtures() -> PathBuf {
@@ -51,22 +50,10 @@ pub fn step4(v: &str) -> Vec<u8> {
     gunzip(&fixtures().join(format!("nodes/containerd-1.7/step4/{v}.meta.db.gz")))
 }
 
-/// A bolt file's logical content: (bucket path, key) → (value, or None for a bucket; sequence).
-pub type Kv = BTreeMap<(Vec<Vec<u8>>, Vec<u8>), (Option<Vec<u8>>, u64)>;
+pub use boltfile::testing::Kv;
 
 pub fn kv_of(db: &Db) -> Kv {
-    db.dump()
-        .unwrap()
-        .into_iter()
-        .map(
-            |DumpEntry {
-                 path,
-                 key,
-                 value,
-                 sequence,
-             }| ((path, key), (value, sequence)),
-        )
-        .collect()
+    boltfile::testing::kv_of(db).unwrap()
 }
 
 /// Opens `bytes`, asserts our check passes, returns the content.

@@ -388,32 +388,19 @@ impl Snapshot {
     }
 }
 
-/// A bolt file's logical content: every (bucket path, key) → (value, sequence).
-pub type Kv = BTreeMap<(Vec<Vec<u8>>, Vec<u8>), (Option<Vec<u8>>, u64)>;
+pub use storepatch::containerd::bolt::testing::Kv;
 
 /// Opens a bolt file as bbolt would, runs bbolt's tx.Check rules (ours, then Go bbolt's own,
 /// which must read the same key/values), and returns its key/values.
 pub fn bolt_kv(path: &Path) -> Result<Kv, String> {
-    use storepatch::containerd::bolt::{check::check, testing, Db, DumpEntry};
+    use storepatch::containerd::bolt::{check::check, testing, Db};
     let db = Db::read_path(path).map_err(|e| e.to_string())?;
     let r = check(&db.view(), &db.meta);
     if !r.is_ok() {
         return Err(format!("bbolt check: {}", r.summary()));
     }
     testing::assert_bbolt_check(path);
-    Ok(db
-        .dump()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(
-            |DumpEntry {
-                 path,
-                 key,
-                 value,
-                 sequence,
-             }| ((path, key), (value, sequence)),
-        )
-        .collect())
+    testing::kv_of(&db).map_err(|e| e.to_string())
 }
 
 /// A tmpfs (or any mount) unmounted when dropped.

@@ -91,8 +91,9 @@ pub(super) struct Analysis {
     pub(super) edit: Option<EditSpans>,
 }
 
-fn undecodable(id: &str, location: &str, why: String) -> Analysis {
-    let mut r = StoreRecord::new(id, RecordKind::Undecodable, location);
+/// A record that is left alone, with the reason it is reported under.
+fn left_alone(kind: RecordKind, id: &str, location: &str, why: String) -> Analysis {
+    let mut r = StoreRecord::new(id, kind, location);
     r.problem = Some(why);
     Analysis {
         record: r,
@@ -102,15 +103,12 @@ fn undecodable(id: &str, location: &str, why: String) -> Analysis {
     }
 }
 
+fn undecodable(id: &str, location: &str, why: String) -> Analysis {
+    left_alone(RecordKind::Undecodable, id, location, why)
+}
+
 fn not_kubernetes(id: &str, location: &str, why: String) -> Analysis {
-    let mut r = StoreRecord::new(id, RecordKind::NotKubernetes, location);
-    r.problem = Some(why);
-    Analysis {
-        record: r,
-        doc: None,
-        embedded: BTreeMap::new(),
-        edit: None,
-    }
+    left_alone(RecordKind::NotKubernetes, id, location, why)
 }
 
 /// Decodes a JSON string annotation into a map of strings, as CRI-O's
