@@ -45,7 +45,7 @@ fn round_trip(name: &str, to: &str) -> (Node, BTreeMap<std::path::PathBuf, Vec<u
     let up = patch_to(&n, &pods, From::Auto, to, "backup-up");
     let original = up.from.expect("auto found the node's kubelet");
     assert!(
-        up.rewrites().len() > 0,
+        !up.rewrites().is_empty(),
         "{name}: the upgrade to {to} rewrites"
     );
 
@@ -115,7 +115,7 @@ fn an_explicit_from_newer_than_to_is_a_downgrade() {
     )
     .expect("--from 1.31 --to 1.30 plans");
     assert!(
-        plan.rewrites().len() > 0,
+        !plan.rewrites().is_empty(),
         "a downgrade plan rewrites the proven containers"
     );
     // The 1.30 target writes hashWithoutResources where the record carries it.
