@@ -21,7 +21,7 @@ mod exit {
     pub const OK: u8 = 0;
     /// Unexpected failure.
     pub const FAILURE: u8 = 1;
-    /// Usage: bad flags, unknown or backwards versions, unreadable pods file.
+    /// Usage: bad flags, unknown versions, unreadable pods file.
     pub const USAGE: u8 = 2;
     /// Refused: runtime running, pre-check failed, store changed since the backup.
     pub const REFUSED: u8 = 3;
@@ -33,7 +33,7 @@ mod exit {
 const EXIT_CODES_HELP: &str = "Exit codes:
   0  done / verified
   1  unexpected failure (or, for `hash`, some input could not be hashed)
-  2  usage error (bad flags, unknown or backwards versions, unreadable pods file)
+  2  usage error (bad flags, unknown versions, unreadable pods file)
   3  refused: runtime running, pre-check failed, store changed since the backup
   4  finished, but some containers are unproven and will restart (plan/patch),
      or verification failed (verify)";

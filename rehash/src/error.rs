@@ -2,7 +2,6 @@
 //! what a caller acts on (the CLI maps it to its documented exit codes in one place); the
 //! message says what to do.
 
-use hashcompat::KubeletVersion;
 use std::path::PathBuf;
 use storepatch::runtime::DetectError;
 use storepatch::StoreError;
@@ -24,15 +23,6 @@ pub enum Error {
     /// The pods file cannot be used.
     #[error(transparent)]
     Pods(#[from] crate::pods::PodsError),
-
-    /// The target is older than the node's kubelet.
-    #[error("--to {to} is older than {from}: a kubelet is never downgraded in place")]
-    Downgrade {
-        /// The node's version as given (`--from 1.30`) or found (`the node's kubelet (…)`).
-        from: String,
-        /// The target asked for.
-        to: KubeletVersion,
-    },
 
     /// `From::Auto` found no container whose stored hash any version reproduces.
     #[error("--from auto: no container's stored hash matches any kubelet version 1.8–1.36 for the pod specs given; is this the right pods file for this node? Give --from to see per-container reasons")]
@@ -120,7 +110,6 @@ impl Error {
     pub fn class(&self) -> ErrorClass {
         match self {
             Error::Pods(_)
-            | Error::Downgrade { .. }
             | Error::Detect(_)
             | Error::Report { .. }
             | Error::NothingToVerify(_)

@@ -315,13 +315,9 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
     let versions = KubeletVersion::all();
     let wanted: Vec<KubeletVersion> = match input.from {
         From::Auto => versions.clone(),
+        // A downgrade (`to` older than `from`) is proven the same way: the stored value is
+        // what `from` computes for the current spec; the target is the older version's hash.
         From::Version(f) => {
-            if f > input.to {
-                return Err(Error::Downgrade {
-                    from: format!("--from {f}"),
-                    to: input.to,
-                });
-            }
             let mut v = vec![f, input.to];
             v.dedup();
             v
@@ -432,15 +428,6 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
             // All candidates give every proven container the same hash, so any of them plans
             // the same actions; report the oldest (the range is in `from_candidates`).
             let from = agreed[0];
-            if from > input.to {
-                return Err(Error::Downgrade {
-                    from: format!(
-                        "the node's kubelet ({})",
-                        ranges(&agreed.iter().copied().collect())
-                    ),
-                    to: input.to,
-                });
-            }
             (Some(from), agreed)
         }
     };
