@@ -528,7 +528,8 @@ pub fn proc_stat(pid: u32) -> Option<(u32, u64)> {
     Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
 }
 
-fn descendants(roots: &[u32]) -> Vec<u32> {
+/// Every descendant of `roots` (children first-found, grandchildren after).
+pub fn descendants(roots: &[u32]) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for (pid, _) in processes() {
         if let Some((ppid, _)) = proc_stat(pid) {
@@ -629,14 +630,16 @@ impl Drop for Harness {
     }
 }
 
-fn unescape_mount(s: &str) -> String {
+/// A mount point as /proc/self/mountinfo escapes it, unescaped.
+pub fn unescape_mount(s: &str) -> String {
     s.replace("\\040", " ")
         .replace("\\011", "\t")
         .replace("\\012", "\n")
         .replace("\\134", "\\")
 }
 
-fn rmdir_tree(p: &Path) {
+/// Removes the (cgroup) directory tree at `p`, deepest first; files are not touched.
+pub fn rmdir_tree(p: &Path) {
     if let Ok(rd) = fs::read_dir(p) {
         for e in rd.flatten() {
             if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
@@ -653,7 +656,21 @@ fn rmdir_tree(p: &Path) {
 
 /// A host-network pod sandbox config as the kubelet makes it, its log directory created.
 pub fn pod_config(h: &Harness, ns: &str, name: &str, uid: &str) -> v1::PodSandboxConfig {
-    let log_dir = h.p.t.join(format!("log/pods/{ns}_{name}_{uid}"));
+    pod_config_in(&h.p.t, &h.p.cgroup_top, ns, name, uid, true)
+}
+
+/// [`pod_config`] for any runtime: kubelet files under `t`, the pod cgroup under
+/// `/<cgroup_top>/besteffort/`; `host_network` false puts the pod in a network namespace of its
+/// own (the CNI network), with its name as hostname, as the kubelet does.
+pub fn pod_config_in(
+    t: &Path,
+    cgroup_top: &str,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    host_network: bool,
+) -> v1::PodSandboxConfig {
+    let log_dir = t.join(format!("log/pods/{ns}_{name}_{uid}"));
     fs::create_dir_all(&log_dir).unwrap();
     let mut labels = HashMap::new();
     labels.insert("app".to_string(), name.to_string());
@@ -674,14 +691,18 @@ pub fn pod_config(h: &Harness, ns: &str, name: &str, uid: &str) -> v1::PodSandbo
             attempt: 0,
         }),
         // the kubelet sends no hostname for host-network pods (runc refuses one without a UTS ns)
-        hostname: String::new(),
+        hostname: if host_network {
+            String::new()
+        } else {
+            name.to_string()
+        },
         log_directory: log_dir.display().to_string(),
         labels,
         annotations,
         linux: Some(v1::LinuxPodSandboxConfig {
-            cgroup_parent: format!("/{}/besteffort/pod{uid}", h.p.cgroup_top),
+            cgroup_parent: format!("/{cgroup_top}/besteffort/pod{uid}"),
             security_context: Some(v1::LinuxSandboxSecurityContext {
-                namespace_options: Some(host_network_ns()),
+                namespace_options: Some(namespaces(host_network)),
                 ..Default::default()
             }),
             sysctls: HashMap::new(),
@@ -689,9 +710,13 @@ pub fn pod_config(h: &Harness, ns: &str, name: &str, uid: &str) -> v1::PodSandbo
     }
 }
 
-fn host_network_ns() -> v1::NamespaceOption {
+fn namespaces(host_network: bool) -> v1::NamespaceOption {
     v1::NamespaceOption {
-        network: v1::NamespaceMode::Node as i32,
+        network: if host_network {
+            v1::NamespaceMode::Node as i32
+        } else {
+            v1::NamespaceMode::Pod as i32
+        },
         pid: v1::NamespaceMode::Container as i32,
         ipc: v1::NamespaceMode::Pod as i32,
         target_id: String::new(),
@@ -731,12 +756,31 @@ pub fn container_config(
     image_id: &str,
     spec: &Spec,
 ) -> v1::ContainerConfig {
+    container_config_in(&h.p.t, pod, image_id, spec)
+}
+
+/// [`container_config`] for any runtime, kubelet files under `t`; the container joins the
+/// pod's network namespace (the node's for a host-network pod).
+pub fn container_config_in(
+    t: &Path,
+    pod: &v1::PodSandboxConfig,
+    image_id: &str,
+    spec: &Spec,
+) -> v1::ContainerConfig {
     let meta = pod.metadata.as_ref().unwrap();
-    let kubelet_pod = h.p.t.join(format!("kubelet/pods/{}", meta.uid));
+    let host_network = pod
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .is_none_or(|n| n.network == v1::NamespaceMode::Node as i32);
+    let kubelet_pod = t.join(format!("kubelet/pods/{}", meta.uid));
     let term = kubelet_pod.join(format!("containers/{}/4f3c2a1b", spec.name));
     let name: &str = &spec.name;
     fs::create_dir_all(term.parent().unwrap()).unwrap();
     fs::write(&term, b"").unwrap();
+    // the kubelet makes the container's log directory (conmon does not; containerd would)
+    fs::create_dir_all(Path::new(&pod.log_directory).join(&spec.name)).unwrap();
     let hosts = kubelet_pod.join("etc-hosts");
     fs::write(&hosts, "127.0.0.1\tlocalhost\n").unwrap();
     let mut labels = HashMap::new();
@@ -804,7 +848,7 @@ pub fn container_config(
                 ..Default::default()
             }),
             security_context: Some(v1::LinuxContainerSecurityContext {
-                namespace_options: Some(host_network_ns()),
+                namespace_options: Some(namespaces(host_network)),
                 masked_paths: [
                     "/proc/acpi",
                     "/proc/kcore",

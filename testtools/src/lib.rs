@@ -14,6 +14,7 @@
 
 pub mod containerd;
 pub mod cri;
+pub mod crio;
 pub mod docker;
 
 /// Makes `cmd` start its child in a session of its own, so signals sent to the test's process
