@@ -1,0 +1,681 @@
+//! The `kubelet-rehash` binary end to end on a REAL CRI-O 1.30.14 (testtools::crio, built by
+//! scripts/setup-crio.sh): pods and containers created through the CRI as a kubelet 1.30 does
+//! (its labels and annotations, the real 1.30 hashes of golden specs from
+//! fixtures/golden/specs.jsonl), one host-network pod and one on a CNI bridge network; CRI-O is
+//! stopped by pid (the containers keep running under conmon), the binary patches the stopped
+//! store, CRI-O is started on the result and `verify --live` asks it through its CRI socket.
+//!
+//! CRI-O is the runtime that punishes a bad write by destroying data: a container whose
+//! embedded annotations do not parse is deleted at start, and every pod is removed when the
+//! version file is missing or names another major.minor. So every test here also checks that
+//! CRI-O lists exactly the containers and pods it listed before (nothing deleted), running as
+//! the same processes.
+//!
+//! Needs root and scripts/setup-crio.sh. One CRI-O at a time (a process-wide lock).
+
+use hashcompat::KubeletVersion;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Instant;
+use storepatch::live::cri::CriClient;
+use testtools::containerd as ctd;
+use testtools::cri::{v1, CriTestCalls};
+use testtools::crio;
+
+const HASH: &str = "io.kubernetes.container.hash";
+const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_kubelet-rehash")
+}
+
+// ---------------------------------------------------------------------------------------------
+// the node
+// ---------------------------------------------------------------------------------------------
+
+fn golden(id: &str, name: &str) -> Value {
+    let path = ctd::workspace().join("fixtures/golden/specs.jsonl");
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for l in text.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        if v["id"] == id {
+            let mut s = v["container"].clone();
+            s["name"] = json!(name);
+            return s;
+        }
+    }
+    panic!("{}: no spec {id}", path.display());
+}
+
+/// (hash, hashWithoutResources) the kubelet `ver` computes for `spec`.
+fn hashes(spec: &Value, ver: &str) -> (String, Option<String>) {
+    let v: KubeletVersion = ver.parse().unwrap();
+    let h = hashcompat::hash_container(spec, v)
+        .unwrap_or_else(|e| panic!("hashcompat {ver} of {}: {e}", spec["name"]));
+    (
+        h.hash.to_string(),
+        h.hash_without_resources.map(|x| x.to_string()),
+    )
+}
+
+struct Pod {
+    ns: String,
+    name: String,
+    uid: String,
+    host_network: bool,
+    sandbox: String,
+}
+
+#[derive(Clone)]
+struct Ctr {
+    pod: usize,
+    name: String,
+    /// The pod's spec of it (None: an orphan the pods file does not list).
+    spec: Option<Value>,
+    /// Created from this spec's hashes (differs from `spec` for the drifted container).
+    created_from: Value,
+    id: String,
+}
+
+/// The node: a host-network pod with three proven containers and an orphan, a pod on the CNI
+/// bridge with two proven containers and a drifted one.
+struct Scenario {
+    node: crio::Node,
+    cri: Option<CriClient>,
+    pods: Vec<Pod>,
+    ctrs: Vec<Ctr>,
+    pods_file: PathBuf,
+}
+
+/// (hash, hashWithoutResources) as a kubelet `ver` with InPlacePodVerticalScaling writes them.
+fn stored_by(c: &Ctr, ver: &str) -> (String, Option<String>) {
+    hashes(&c.created_from, ver)
+}
+
+impl Scenario {
+    fn new(tag: &str, from: &str) -> Scenario {
+        let mut node = crio::Node::new();
+        let pause = ctd::build_image(&node.p.t, crio::PAUSE_IMAGE, "pause");
+        let app = ctd::build_image(&node.p.t, crio::APP_IMAGE, "app");
+        node.import_image(&pause, crio::PAUSE_IMAGE);
+        node.import_image(&app, crio::APP_IMAGE);
+        let cri = node.start();
+        let app_id = crio::image_id(&cri, crio::APP_IMAGE);
+        crio::image_id(&cri, crio::PAUSE_IMAGE);
+        let mut pods = vec![
+            Pod {
+                ns: "shop".into(),
+                name: format!("web-{tag}-5d8f7c9b6-x2k4p"),
+                uid: format!("c7100000-{tag:0>4}-4c6d-9e8f-000000000001"),
+                host_network: true,
+                sandbox: String::new(),
+            },
+            Pod {
+                ns: "kube-system".into(),
+                name: format!("tools-{tag}-8xk2q"),
+                uid: format!("c7100000-{tag:0>4}-4c6d-9e8f-000000000002"),
+                host_network: false,
+                sandbox: String::new(),
+            },
+        ];
+        let mut ctrs = Vec::new();
+        let mut add = |pod: usize, id: &str, name: &str, listed: bool| {
+            let s = golden(id, name);
+            ctrs.push(Ctr {
+                pod,
+                name: name.into(),
+                spec: listed.then(|| s.clone()),
+                created_from: s,
+                id: String::new(),
+            });
+        };
+        add(0, "f001-minimal", "app", true);
+        add(0, "f018-probes-http-exec", "probes", true);
+        add(0, "f014-resources-2500m-1536Mi-129M", "res", true);
+        add(0, "f001-minimal", "ghost", false);
+        add(1, "f022-securitycontext-full", "sc", true);
+        add(1, "f009-env-fieldref", "envfrom", true);
+        // drifted: the pod's spec is f005, the container was created from f008
+        add(1, "f008-env-values", "shell", true);
+        let last = ctrs.len() - 1;
+        ctrs[last].spec = Some(golden("f005-command-args-unicode", "shell"));
+        for (i, p) in pods.iter_mut().enumerate() {
+            let pc = pod_config(&node, p);
+            p.sandbox = cri
+                .run_pod_sandbox(&pc)
+                .unwrap_or_else(|e| panic!("crio: RunPodSandbox {}: {e}", p.name));
+            for c in ctrs.iter_mut().filter(|c| c.pod == i) {
+                let (h, wr) = stored_by(c, from);
+                let spec = ctd::spec(&c.name, &h, wr.as_deref(), true);
+                let cc = ctd::container_config_in(&node.p.t, &pc, &app_id, &spec);
+                c.id = cri
+                    .create_container(&p.sandbox, &cc, &pc)
+                    .unwrap_or_else(|e| panic!("crio: CreateContainer {}: {e}", c.name));
+                cri.start_container(&c.id)
+                    .unwrap_or_else(|e| panic!("crio: StartContainer {}: {e}", c.name));
+            }
+        }
+        let pods_file = node.p.t.join("pods.json");
+        let sc = Scenario {
+            node,
+            cri: Some(cri),
+            pods,
+            ctrs,
+            pods_file,
+        };
+        fs::write(
+            &sc.pods_file,
+            serde_json::to_vec_pretty(&sc.pods_json()).unwrap(),
+        )
+        .unwrap();
+        sc
+    }
+
+    /// `kubectl get pods -A -o json` of the node.
+    fn pods_json(&self) -> Value {
+        let items: Vec<Value> = self
+            .pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mine: Vec<&Ctr> = self
+                    .ctrs
+                    .iter()
+                    .filter(|c| c.pod == i && c.spec.is_some())
+                    .collect();
+                json!({
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": p.name, "namespace": p.ns, "uid": p.uid},
+                    "spec": {
+                        "containers": mine.iter().map(|c| c.spec.clone().unwrap()).collect::<Vec<_>>(),
+                        "nodeName": "crio-node",
+                        "restartPolicy": "Always",
+                        "hostNetwork": p.host_network,
+                    },
+                    "status": {
+                        "phase": "Running",
+                        "containerStatuses": mine.iter().map(|c| json!({
+                            "name": c.name,
+                            "containerID": format!("cri-o://{}", c.id),
+                            "image": c.spec.as_ref().unwrap()["image"],
+                            "imageID": "",
+                            "ready": true,
+                            "restartCount": 0,
+                            "started": true,
+                            "state": {"running": {"startedAt": "2026-01-01T10:00:00Z"}},
+                        })).collect::<Vec<_>>(),
+                    },
+                })
+            })
+            .collect();
+        json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items})
+    }
+
+    fn cri(&self) -> &CriClient {
+        self.cri.as_ref().expect("crio runs")
+    }
+
+    fn start(&mut self) {
+        self.cri = Some(self.node.start());
+    }
+
+    fn stop(&mut self) {
+        self.cri = None;
+        self.node.stop();
+        assert!(
+            self.node.p.clean_shutdown.exists(),
+            "CRI-O wrote no clean-shutdown marker at SIGTERM"
+        );
+    }
+
+    /// `--runtime crio --root <graphroot> --runroot <runroot> --runtime-socket <sock>`.
+    fn store_flags(&self) -> Vec<String> {
+        let p = &self.node.p;
+        vec![
+            s("--runtime"),
+            s("crio"),
+            s("--root"),
+            p.graphroot.display().to_string(),
+            s("--runroot"),
+            p.runroot.display().to_string(),
+            s("--runtime-socket"),
+            p.sock.display().to_string(),
+        ]
+    }
+
+    fn patch_args(&self, to: &str, backup: &Path) -> Vec<String> {
+        let mut a = vec![
+            s("patch"),
+            s("--pods"),
+            self.pods_file.display().to_string(),
+            s("--to"),
+            s(to),
+        ];
+        a.extend(self.store_flags());
+        a.extend([s("--backup-dir"), backup.display().to_string()]);
+        a
+    }
+
+    /// Every container's config.json in the graphroot and the runroot (what a patch may write)
+    /// and CRI-O's version file (which it never may). Not the clean-shutdown marker: CRI-O
+    /// removes it at start and writes it at a clean stop ([`Scenario::stop`] checks it).
+    fn snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let p = &self.node.p;
+        let mut m = BTreeMap::new();
+        for root in [&p.graphroot, &p.runroot] {
+            let dir = root.join("overlay-containers");
+            for e in fs::read_dir(&dir).unwrap().flatten() {
+                let cfg = e.path().join("userdata/config.json");
+                if let Ok(b) = fs::read(&cfg) {
+                    m.insert(cfg, b);
+                }
+            }
+        }
+        m.insert(
+            p.version_file.clone(),
+            fs::read(&p.version_file).expect("CRI-O's version file"),
+        );
+        m
+    }
+
+    /// What CRI-O lists: containers (id → state, hash, hashWithoutResources, pid) and pods
+    /// (id → ready).
+    fn listing(&self) -> Listing {
+        let cri = self.cri();
+        let containers = cri
+            .list_containers()
+            .expect("ListContainers")
+            .into_iter()
+            .map(|c| {
+                let l = Live {
+                    hash: c.annotations.get(HASH).cloned(),
+                    hash_wr: c.annotations.get(HASH_WR).cloned(),
+                    state: c.state.clone(),
+                    pid: c.pid,
+                };
+                (c.id, l)
+            })
+            .collect();
+        let pods = cri
+            .list_pod_sandbox()
+            .expect("ListPodSandbox")
+            .into_iter()
+            .map(|p| (p.id, p.state == v1::PodSandboxState::SandboxReady as i32))
+            .collect();
+        Listing { containers, pods }
+    }
+
+    /// (pid, start time) of every container, from CRI-O; all must run.
+    fn pids(&self) -> BTreeMap<String, (u32, u64)> {
+        let l = self.listing();
+        self.ctrs
+            .iter()
+            .map(|c| {
+                let live = &l.containers[&c.id];
+                assert_eq!(live.state, "CONTAINER_RUNNING", "{}: {live:?}", c.name);
+                let pid = live.pid.unwrap_or_else(|| panic!("no pid for {}", c.name));
+                let (_, start) = ctd::proc_stat(pid).expect("container process");
+                (c.id.clone(), (pid, start))
+            })
+            .collect()
+    }
+
+    /// CRI-O lists exactly `before`'s containers and pods (none deleted, none new), every pod
+    /// ready, every container running as the same process and reporting `want(c)`.
+    fn check_live(
+        &self,
+        before: &Listing,
+        pids: &BTreeMap<String, (u32, u64)>,
+        want: &dyn Fn(&Ctr) -> (String, Option<String>),
+        phase: &str,
+    ) {
+        let now = self.listing();
+        let ids = |m: &BTreeMap<String, Live>| m.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            ids(&now.containers),
+            ids(&before.containers),
+            "{phase}: CRI-O's container list changed (deleted or new containers); log:\n{}",
+            self.node.log_tail()
+        );
+        assert_eq!(
+            now.pods.keys().collect::<Vec<_>>(),
+            before.pods.keys().collect::<Vec<_>>(),
+            "{phase}: CRI-O's pod list changed; log:\n{}",
+            self.node.log_tail()
+        );
+        for (id, ready) in &now.pods {
+            assert!(*ready, "{phase}: sandbox {id} is not ready");
+        }
+        for c in &self.ctrs {
+            let l = &now.containers[&c.id];
+            let (h, wr) = want(c);
+            assert_eq!(l.hash.as_ref(), Some(&h), "{phase}: hash of {}", c.name);
+            assert_eq!(l.hash_wr, wr, "{phase}: hashWithoutResources of {}", c.name);
+            assert_eq!(l.state, "CONTAINER_RUNNING", "{phase}: {} {l:?}", c.name);
+            let (pid, start) = pids[&c.id];
+            assert_eq!(l.pid, Some(pid), "{phase}: pid of {} changed", c.name);
+            assert_eq!(
+                ctd::proc_stat(pid).map(|s| s.1),
+                Some(start),
+                "{phase}: pid {pid} of {} is another process",
+                c.name
+            );
+        }
+    }
+
+    fn alive(&self, pids: &BTreeMap<String, (u32, u64)>, phase: &str) {
+        for (id, (pid, start)) in pids {
+            assert_eq!(
+                ctd::proc_stat(*pid).map(|s| s.1),
+                Some(*start),
+                "{phase}: container {id} (pid {pid}) is gone"
+            );
+        }
+    }
+}
+
+impl Ctr {
+    /// Proven: the pods file lists it with the spec it was created from (the drifted
+    /// container and the orphan are left alone).
+    fn proven(&self) -> bool {
+        self.spec.as_ref() == Some(&self.created_from)
+    }
+}
+
+/// What a container holds after a patch from `from` to `to`: proven ones `to`'s hash (and
+/// `to`'s hashWithoutResources where `to` computes one, else the stored one stays).
+fn values_after(c: &Ctr, from: &str, to: &str) -> (String, Option<String>) {
+    let (h, wr) = stored_by(c, from);
+    if !c.proven() {
+        return (h, wr);
+    }
+    let (th, twr) = stored_by(c, to);
+    (th, twr.or(wr))
+}
+
+#[derive(Debug)]
+struct Live {
+    hash: Option<String>,
+    hash_wr: Option<String>,
+    state: String,
+    pid: Option<u32>,
+}
+
+struct Listing {
+    containers: BTreeMap<String, Live>,
+    pods: BTreeMap<String, bool>,
+}
+
+fn pod_config(node: &crio::Node, p: &Pod) -> v1::PodSandboxConfig {
+    ctd::pod_config_in(
+        &node.p.t,
+        &node.p.cgroup_top,
+        &p.ns,
+        &p.name,
+        &p.uid,
+        p.host_network,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// the binary
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_cmd(cmd: &mut Command) -> Out {
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin()));
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn run(args: &[String]) -> Out {
+    run_cmd(Command::new(bin()).args(args))
+}
+
+fn expect_code(what: &str, o: &Out, code: i32) {
+    assert_eq!(
+        o.code, code,
+        "{what}: exit {} (expected {code})\nstdout:\n{}\nstderr:\n{}",
+        o.code, o.stdout, o.stderr
+    );
+}
+
+fn s(x: &str) -> String {
+    x.to_string()
+}
+
+fn root_or_fail() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "the CRI-O tests start a real CRI-O and need root; {}",
+        crio::SETUP
+    );
+}
+
+fn verify_live(report: &Path) -> Out {
+    run(&[
+        s("verify"),
+        s("--live"),
+        s("--report"),
+        report.display().to_string(),
+    ])
+}
+
+// ---------------------------------------------------------------------------------------------
+// the tests
+// ---------------------------------------------------------------------------------------------
+
+/// Patch 1.30 → 1.31 on the stopped node, CRI-O adopts it (verify --live), downgrade back to
+/// 1.30 and CRI-O adopts that too, then both rollbacks (bytes, then values) with CRI-O started
+/// on each result. Refusals on the way: patch and rollback while CRI-O runs.
+#[test]
+fn crio_patch_verify_downgrade_rollback() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail();
+    let t_all = Instant::now();
+    let mut sc = Scenario::new("p31", "1.30");
+    let mut notes = vec![format!(
+        "node: {} containers in {} pods, one on CNI bridge {} ({})",
+        sc.ctrs.len(),
+        sc.pods.len(),
+        sc.node.p.bridge,
+        sc.node.p.subnet
+    )];
+    let t = sc.node.p.t.clone();
+    let before = sc.listing();
+    assert_eq!(before.containers.len(), sc.ctrs.len());
+    assert_eq!(before.pods.len(), 2);
+    let pids = sc.pids();
+    let original = |c: &Ctr| stored_by(c, "1.30");
+    sc.check_live(&before, &pids, &original, "as created");
+    let rewrites = sc.ctrs.iter().filter(|c| c.proven()).count();
+    // every proven container really changes hash from 1.30 to 1.31 (else the test proves less)
+    for c in sc.ctrs.iter().filter(|c| c.proven()) {
+        assert_ne!(stored_by(c, "1.30").0, stored_by(c, "1.31").0, "{}", c.name);
+    }
+
+    // patch while CRI-O runs: refused (exit 3), nothing written, no durable step taken
+    let s_running = sc.snapshot();
+    let b0 = t.join("bk-running");
+    let o = run_cmd(
+        Command::new(bin())
+            .args(sc.patch_args("1.31", &b0))
+            .env("KUBELET_REHASH_CRASH_LOG", "1"),
+    );
+    expect_code("patch while CRI-O runs", &o, 3);
+    assert!(o.stderr.to_lowercase().contains("running"), "{}", o.stderr);
+    assert!(!o.stderr.contains("fault point"), "{}", o.stderr);
+    assert!(fs::read_dir(&b0)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true));
+    assert!(
+        sc.snapshot() == s_running,
+        "a refused patch wrote to the store"
+    );
+
+    // stop CRI-O by pid: every container keeps running under its conmon
+    let conmons = sc.node.conmon_pids();
+    sc.stop();
+    sc.alive(&pids, "after CRI-O stopped");
+    assert_eq!(
+        sc.node.conmon_pids(),
+        conmons,
+        "conmons after CRI-O stopped"
+    );
+    let s0 = sc.snapshot();
+
+    // patch to 1.31
+    let b1 = t.join("bk-1.31");
+    let r1 = t.join("report-1.31.json");
+    let mut a = sc.patch_args("1.31", &b1);
+    a.extend([s("--report"), r1.display().to_string()]);
+    let t0 = Instant::now();
+    let o = run(&a);
+    // 4: the drifted container is unproven and will restart
+    expect_code("patch --to 1.31", &o, 4);
+    notes.push(format!(
+        "patch --to 1.31: {:.0} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    ));
+    let rep: Value = serde_json::from_slice(&fs::read(&r1).unwrap()).unwrap();
+    assert_eq!(rep["runtime"], "crio", "{}", rep["runtime"]);
+    assert_eq!(rep["endpoint"], json!(sc.node.endpoint()));
+    let patched = sc.snapshot();
+    assert_ne!(patched, s0, "the patch wrote nothing");
+    let vf = &sc.node.p.version_file;
+    assert_eq!(patched.get(vf), s0.get(vf), "the version file was touched");
+    let marker = fs::read(&sc.node.p.clean_shutdown).unwrap();
+
+    assert_eq!(
+        fs::read(&sc.node.p.clean_shutdown).unwrap(),
+        marker,
+        "the patch touched the clean-shutdown marker"
+    );
+
+    // CRI-O on the patched store: verify --live, and CRI-O's own view
+    let t0 = Instant::now();
+    sc.start();
+    notes.push(format!(
+        "crio start on the patched store: {:.2} s",
+        t0.elapsed().as_secs_f64()
+    ));
+    let o = verify_live(&r1);
+    expect_code("verify --live after patch --to 1.31", &o, 0);
+    assert!(
+        o.stdout
+            .contains(&format!("verified live: {rewrites} rewritten")),
+        "verify --live output: {}",
+        o.stdout
+    );
+    let to31 = |c: &Ctr| values_after(c, "1.30", "1.31");
+    sc.check_live(&before, &pids, &to31, "after patch --to 1.31 + start");
+    sc.stop();
+    let ran = sc.snapshot();
+    // CRI-O rewrites only state.json at start: the files the patch wrote come back as written
+    assert!(
+        ran == patched,
+        "CRI-O rewrote a config.json, the version file or the marker"
+    );
+
+    // downgrade back to 1.30
+    let b2 = t.join("bk-1.30");
+    let r2 = t.join("report-1.30.json");
+    let mut a = sc.patch_args("1.30", &b2);
+    a.extend([s("--report"), r2.display().to_string()]);
+    let o = run(&a);
+    expect_code("patch --to 1.30 (downgrade)", &o, 4);
+    let rep2: Value = serde_json::from_slice(&fs::read(&r2).unwrap()).unwrap();
+    assert_eq!(rep2["from"], "1.31", "{}", rep2["from"]);
+    sc.start();
+    let o = verify_live(&r2);
+    expect_code("verify --live after the downgrade", &o, 0);
+    assert!(
+        o.stdout
+            .contains(&format!("verified live: {rewrites} rewritten")),
+        "verify --live output: {}",
+        o.stdout
+    );
+    sc.check_live(&before, &pids, &original, "after the downgrade + start");
+    // the round trip gives back exactly the bytes CRI-O wrote
+    assert!(sc.snapshot() == s0, "1.30 → 1.31 → 1.30 is not byte-exact");
+
+    // rollback while CRI-O runs: refused, nothing written
+    let o = run(&[
+        vec![s("rollback"), s("--backup-dir"), b2.display().to_string()],
+        sc.store_flags(),
+    ]
+    .concat());
+    expect_code("rollback while CRI-O runs", &o, 3);
+    assert!(sc.snapshot() == s0);
+
+    // rollback of the downgrade (bytes): back to the 1.31 store
+    sc.stop();
+    let o = run(&[
+        vec![s("rollback"), s("--backup-dir"), b2.display().to_string()],
+        sc.store_flags(),
+    ]
+    .concat());
+    expect_code("rollback of the downgrade", &o, 0);
+    assert!(
+        sc.snapshot() == patched,
+        "rollback of the downgrade is not byte-exact"
+    );
+    sc.start();
+    sc.check_live(&before, &pids, &to31, "after rolling back the downgrade");
+    sc.stop();
+
+    // rollback --values of the first patch: every container still holds what it wrote
+    let o = run(&[
+        vec![
+            s("rollback"),
+            s("--values"),
+            s("--backup-dir"),
+            b1.display().to_string(),
+        ],
+        sc.store_flags(),
+    ]
+    .concat());
+    expect_code("rollback --values of the 1.31 patch", &o, 0);
+    assert!(
+        o.stdout.contains(&format!(
+            "restored the previous hash of {rewrites} container(s)"
+        )),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        sc.snapshot() == s0,
+        "rollback --values did not restore the values CRI-O wrote"
+    );
+    sc.start();
+    sc.check_live(&before, &pids, &original, "after rollback --values");
+    assert!(
+        !sc.node.log().contains("Could not restore"),
+        "CRI-O failed to restore something:\n{}",
+        sc.node.log_tail()
+    );
+    notes.extend(sc.node.notes.iter().cloned());
+    notes.push(format!("whole test {:.1} s", t_all.elapsed().as_secs_f64()));
+    for n in notes {
+        eprintln!("crio_live: {n}");
+    }
+}
