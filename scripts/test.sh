@@ -11,6 +11,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/setup-docker.sh
 scripts/setup-containerd.sh
+# CRI-O 1.30.14 built from third_party/ into .cache/crio (cli/tests/crio_live.rs)
+scripts/setup-crio.sh
 # Go bbolt's own check, run by the tests on every meta.db they write (.cache/bin/bbolt-check)
 scripts/setup-bbolt-check.sh
 
