@@ -278,10 +278,9 @@ impl Scenario {
                 }
             }
         }
-        m.insert(
-            p.version_file.clone(),
-            fs::read(&p.version_file).expect("CRI-O's version file"),
-        );
+        if let Ok(b) = fs::read(&p.version_file) {
+            m.insert(p.version_file.clone(), b);
+        }
         m
     }
 
@@ -678,4 +677,237 @@ fn crio_patch_verify_downgrade_rollback() {
     for n in notes {
         eprintln!("crio_live: {n}");
     }
+}
+
+/// The version-file hazard on the real daemon. With the version file missing (a reboot, a node
+/// copied without its tmpfs) `patch` refuses (exit 3, nothing written). Bypassing that guard —
+/// the same rewrite made while the file is present, then the file removed as the refused case
+/// had it — real CRI-O removes every pod at start: lists no pod and no container and stops
+/// their processes, whatever the hashes say.
+#[test]
+fn crio_version_file_wipe_is_real_and_refused() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail();
+    let mut sc = Scenario::new("vfw", "1.30");
+    let t = sc.node.p.t.clone();
+    let before = sc.listing();
+    let pids = sc.pids();
+    sc.stop();
+    let vf = sc.node.p.version_file.clone();
+    let version = fs::read(&vf).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&version),
+        format!("\"{}+unknown\"", crio::VERSION),
+        "CRI-O's version file"
+    );
+
+    // the guard: no version file, no patch
+    fs::remove_file(&vf).unwrap();
+    let s0 = sc.snapshot();
+    let b0 = t.join("bk-no-version-file");
+    let o = run_cmd(
+        Command::new(bin())
+            .args(sc.patch_args("1.31", &b0))
+            .env("KUBELET_REHASH_CRASH_LOG", "1"),
+    );
+    expect_code("patch without the version file", &o, 3);
+    assert!(
+        o.stderr.contains("version file") && o.stderr.contains("is missing"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("fault point"), "{}", o.stderr);
+    assert!(fs::read_dir(&b0)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true));
+    assert!(sc.snapshot() == s0, "a refused patch wrote to the store");
+    assert!(!vf.exists(), "the refused patch created the version file");
+    // a version file CRI-O cannot parse wipes as well: refused the same way
+    fs::write(&vf, b"not a version").unwrap();
+    let o = run(&sc.patch_args("1.31", &t.join("bk-bad-version-file")));
+    expect_code("patch with a malformed version file", &o, 3);
+    assert!(
+        o.stderr.contains("not a JSON version string"),
+        "{}",
+        o.stderr
+    );
+
+    // bypassed: what the patch writes with the file present; the file then gone as above
+    fs::write(&vf, &version).unwrap();
+    let r = t.join("report.json");
+    let mut a = sc.patch_args("1.31", &t.join("bk-bypass"));
+    a.extend([s("--report"), r.display().to_string()]);
+    let o = run(&a);
+    expect_code("patch with the version file present", &o, 4);
+    let rep: Value = serde_json::from_slice(&fs::read(&r).unwrap()).unwrap();
+    assert!(
+        rep["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("removes every pod")),
+        "the report warns of the wipe a CRI-O of another minor would do: {}",
+        rep["warnings"]
+    );
+    fs::remove_file(&vf).unwrap();
+    sc.alive(&pids, "before CRI-O starts without its version file");
+    sc.start();
+    let now = sc.listing();
+    assert!(
+        now.containers.is_empty() && now.pods.is_empty(),
+        "CRI-O without its version file kept {} containers and {} pods of {} and {}",
+        now.containers.len(),
+        now.pods.len(),
+        before.containers.len(),
+        before.pods.len()
+    );
+    let log = sc.node.log();
+    let removed = log.matches("Removed pod sandbox").count();
+    assert_eq!(
+        removed,
+        before.pods.len(),
+        "CRI-O's log:\n{}",
+        sc.node.log_tail()
+    );
+    // the containers CRI-O managed are stopped with their pods
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    let alive = || {
+        pids.values()
+            .filter(|(pid, start)| ctd::proc_stat(*pid).map(|s| s.1) == Some(*start))
+            .count()
+    };
+    while alive() > 0 && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(alive(), 0, "containers still running after CRI-O's wipe");
+    eprintln!(
+        "crio_live: version file missing: patch refused (exit 3, nothing written); bypassed, CRI-O removed {removed} pods and {} containers at start",
+        before.containers.len()
+    );
+}
+
+/// Crash sweep through the binary on the CRI-O node: `patch --to 1.31` SIGKILLed at fault
+/// points of an uninterrupted run (`KUBELET_REHASH_CRASH_AT`), CRI-O started on what each kill
+/// left: it lists every container and pod (none deleted), each container running as the same
+/// process with its old or its new hash; then a rerun of `patch` converges to the
+/// uninterrupted result, which CRI-O adopts too. Points: every one up to 40, else 40 evenly
+/// spread including the first and the last (each point costs two CRI-O starts).
+#[test]
+fn crio_crash_sweep_crio_loads_every_container() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail();
+    let t_all = Instant::now();
+    let mut sc = Scenario::new("crs", "1.30");
+    let t = sc.node.p.t.clone();
+    let before = sc.listing();
+    let pids = sc.pids();
+    sc.stop();
+    let pristine = sc.snapshot();
+
+    // the uninterrupted run: its fault points and its result
+    let o = run_cmd(
+        Command::new(bin())
+            .args(sc.patch_args("1.31", &t.join("bk-reference")))
+            .env("KUBELET_REHASH_CRASH_LOG", "1"),
+    );
+    expect_code("uninterrupted patch", &o, 4);
+    let points: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("kubelet-rehash fault point "))
+        .collect();
+    assert!(points.len() >= 4, "fault points: {points:?}");
+    let done = sc.snapshot();
+    let restore = |sc: &Scenario| {
+        for (p, b) in &pristine {
+            fs::write(p, b).unwrap();
+        }
+        assert!(sc.snapshot() == pristine);
+    };
+    restore(&sc);
+    let n = points.len() as u64;
+    let sample: Vec<u64> = if n <= 40 {
+        (1..=n).collect()
+    } else {
+        let mut v: Vec<u64> = (0..40).map(|i| 1 + i * (n - 1) / 39).collect();
+        v.dedup();
+        v
+    };
+    let old = |c: &Ctr| stored_by(c, "1.30");
+    let new = |c: &Ctr| values_after(c, "1.30", "1.31");
+    let mut partial = 0;
+    for &k in &sample {
+        let at = format!("kill at point {k} ({})", points[k as usize - 1]);
+        let bk = t.join(format!("bk-kill-{k}"));
+        let r = Command::new(bin())
+            .args(sc.patch_args("1.31", &bk))
+            .env("KUBELET_REHASH_CRASH_AT", k.to_string())
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(r.status.signal(), Some(9), "{at}: not killed: {r:?}");
+        // every file the patch may write holds its old or its new bytes
+        let now = sc.snapshot();
+        let mut changed = 0;
+        for (p, b) in &now {
+            if pristine.get(p) != Some(b) {
+                assert_eq!(
+                    done.get(p),
+                    Some(b),
+                    "{at}: {} is neither old nor new",
+                    p.display()
+                );
+                changed += 1;
+            }
+        }
+        if changed > 0 && now != done {
+            partial += 1;
+        }
+        // CRI-O on the crashed store: every container and pod, each hash old or new
+        sc.start();
+        let l = sc.listing();
+        let ids = |m: &BTreeMap<String, Live>| m.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            ids(&l.containers),
+            ids(&before.containers),
+            "{at}: containers"
+        );
+        assert_eq!(
+            l.pods.keys().collect::<Vec<_>>(),
+            before.pods.keys().collect::<Vec<_>>(),
+            "{at}: pods"
+        );
+        assert!(l.pods.values().all(|r| *r), "{at}: a sandbox is not ready");
+        for c in &sc.ctrs {
+            let live = &l.containers[&c.id];
+            let got = (live.hash.clone().unwrap_or_default(), live.hash_wr.clone());
+            assert!(
+                got == old(c) || got == new(c),
+                "{at}: {} reports {got:?}",
+                c.name
+            );
+            assert_eq!(live.pid, Some(pids[&c.id].0), "{at}: pid of {}", c.name);
+            assert_eq!(live.state, "CONTAINER_RUNNING", "{at}: {}", c.name);
+        }
+        sc.stop();
+        // a rerun converges to the uninterrupted result, which CRI-O adopts
+        let o = run(&sc.patch_args("1.31", &t.join(format!("bk-rerun-{k}"))));
+        expect_code(&format!("{at}: rerun"), &o, 4);
+        assert!(sc.snapshot() == done, "{at}: the rerun did not converge");
+        sc.start();
+        sc.check_live(&before, &pids, &new, &format!("{at}, rerun"));
+        sc.stop();
+        restore(&sc);
+    }
+    assert!(
+        !sc.node.log().contains("Could not restore"),
+        "CRI-O failed to restore a container:\n{}",
+        sc.node.log_tail()
+    );
+    eprintln!(
+        "crio_live: crash sweep: {} of {n} fault points killed, {partial} left a partly patched store, CRI-O started {} times, none deleted; {:.1} s",
+        sample.len(),
+        sample.len() * 2,
+        t_all.elapsed().as_secs_f64()
+    );
 }

@@ -235,6 +235,36 @@ impl CrioStore {
     }
 }
 
+impl CrioStore {
+    /// `Err(StoreError::Refused)` when CRI-O's `ShouldCrioWipe` is true whatever the binary's
+    /// version: the version file is missing, unreadable, or holds no JSON version string.
+    pub(super) fn check_version_file(&self) -> Result<(), StoreError> {
+        let vf = self.version_file.display();
+        let consequence = "so CRI-O removes every pod at its next start (internal_wipe = true, the default) and no rewrite can keep a container. kubelet-rehash never creates or touches this file; nothing was written";
+        let bytes = match fs::read(&self.version_file) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Refused(format!(
+                    "CRI-O version file {vf} is missing (after a reboot, or a copied node without its tmpfs), {consequence}"
+                )))
+            }
+            Err(e) => {
+                return Err(StoreError::Refused(format!(
+                    "CRI-O version file {vf} cannot be read ({e}), {consequence}"
+                )))
+            }
+        };
+        let version = serde_json::from_slice::<String>(&bytes).ok();
+        if version.as_deref().and_then(major_minor).is_none() {
+            return Err(StoreError::Refused(format!(
+                "CRI-O version file {vf} holds {:?}, not a JSON version string, {consequence}",
+                String::from_utf8_lossy(&bytes)
+            )));
+        }
+        Ok(())
+    }
+}
+
 pub(super) fn major_minor(version: &str) -> Option<String> {
     let mut it = version.split(['.', '+', '-']);
     let major = it.next()?.trim_start_matches('v');

@@ -40,6 +40,13 @@
 //! `<node>/var/lib/crio/clean.shutdown` for the scan's warnings; with a non-standard graphroot the
 //! default absolute paths are used.
 //!
+//! **Version-file guard** ([`RuntimeStore::precheck`]): a patch is refused (nothing written)
+//! when the version file is missing, unreadable or not a JSON version string: any CRI-O then
+//! removes every pod at its next start (`internal_wipe = true`, the default; proven on a real
+//! CRI-O 1.30.14 by cli/tests/crio_live.rs), so no rewrite could keep a container and a
+//! "patched" exit would mislead. A version file naming a major.minor only wipes under a CRI-O of
+//! another major.minor, which the tool cannot see from the store: that stays a warning.
+//!
 //! **Running check** ([`RuntimeStore::ensure_stopped`]): CRI-O takes no lock and writes no pid
 //! file by itself. It counts as running when its socket (default `/var/run/crio/crio.sock`)
 //! accepts a connection, or when a pid file is configured and names a live process whose
@@ -168,6 +175,11 @@ impl RuntimeStore for CrioStore {
 
     fn ensure_stopped(&self) -> Result<(), StoreError> {
         running::ensure_stopped(&self.socket, self.pidfile.as_deref())
+    }
+
+    /// Refuses a node whose version file makes every CRI-O wipe it (module docs).
+    fn precheck(&self) -> Result<(), StoreError> {
+        self.check_version_file()
     }
 
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
