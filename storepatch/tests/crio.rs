@@ -1180,3 +1180,38 @@ fn node_file_warnings_follow_the_node() {
         "{w:?}"
     );
 }
+
+#[test]
+fn precheck_refuses_a_node_every_crio_would_wipe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let store = open(&node);
+    store.precheck().expect("the node's own version file");
+    let vf = node.join("run/crio/version");
+    // a version file of another minor only wipes under that CRI-O: a warning, not a refusal
+    fs::write(&vf, b"\"1.29.0\"").unwrap();
+    store.precheck().expect("a parseable version file");
+    for (bytes, why) in [
+        (&b"1.30.14"[..], "not a JSON version string"),
+        (b"\"x.y\"", "not a JSON version string"),
+    ] {
+        fs::write(&vf, bytes).unwrap();
+        match store.precheck() {
+            Err(StoreError::Refused(m)) => {
+                assert!(m.contains(why) && m.contains("removes every pod"), "{m}")
+            }
+            other => panic!("{bytes:?}: {other:?}"),
+        }
+    }
+    fs::remove_file(&vf).unwrap();
+    match store.precheck() {
+        Err(StoreError::Refused(m)) => {
+            assert!(
+                m.contains("is missing") && m.contains("nothing was written"),
+                "{m}"
+            )
+        }
+        other => panic!("missing version file: {other:?}"),
+    }
+    assert!(!vf.exists(), "the check never creates the version file");
+}
