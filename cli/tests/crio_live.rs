@@ -558,6 +558,35 @@ fn crio_patch_verify_downgrade_rollback() {
     let rep: Value = serde_json::from_slice(&fs::read(&r1).unwrap()).unwrap();
     assert_eq!(rep["runtime"], "crio", "{}", rep["runtime"]);
     assert_eq!(rep["endpoint"], json!(sc.node.endpoint()));
+    // what verify --live checks comes from the report, with the same fields as for
+    // containerd and Docker: the state and the pid CRI-O's store recorded, per container
+    let records = rep["records"].as_array().unwrap();
+    for c in &sc.ctrs {
+        let r = records.iter().find(|r| r["id"] == json!(c.id)).unwrap();
+        let want = if c.proven() {
+            "rewrite"
+        } else if c.spec.is_none() {
+            "orphan"
+        } else {
+            "unproven"
+        };
+        assert_eq!(r["action"], want, "{}: {}", c.name, r["reason"]);
+        if c.spec.is_some() {
+            // from the pods file's status (an orphan has none there)
+            assert_eq!(r["state"], "running", "{}", c.name);
+        }
+        assert_eq!(
+            r["pid"],
+            json!(pids[&c.id].0),
+            "{}: the report's pid",
+            c.name
+        );
+        if c.proven() {
+            let (h, wr) = stored_by(c, "1.31");
+            assert_eq!(r["target_hash"], json!(h), "{}", c.name);
+            assert_eq!(r["target_hash_without_resources"], json!(wr), "{}", c.name);
+        }
+    }
     let patched = sc.snapshot();
     assert_ne!(patched, s0, "the patch wrote nothing");
     let vf = &sc.node.p.version_file;
@@ -667,6 +696,20 @@ fn crio_patch_verify_downgrade_rollback() {
     );
     sc.start();
     sc.check_live(&before, &pids, &original, "after rollback --values");
+    // verify --live can fail on CRI-O: the 1.31 report against the rolled back node
+    let o = verify_live(&r1);
+    expect_code("verify --live of the rolled back patch", &o, 4);
+    assert_eq!(
+        o.stdout.matches("FAIL").count(),
+        rewrites,
+        "one problem per rewritten container: {}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("the runtime reports hash"),
+        "{}",
+        o.stdout
+    );
     assert!(
         !sc.node.log().contains("Could not restore"),
         "CRI-O failed to restore something:\n{}",
