@@ -161,6 +161,21 @@ impl Scenario {
                     .unwrap_or_else(|e| panic!("crio: StartContainer {}: {e}", c.name));
             }
         }
+        // the bridge pod really is on the CNI network: host-local leased it an address there
+        let leases: Vec<String> =
+            fs::read_dir(node.p.t.join("var/lib/cni/networks").join(&node.p.network))
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+        let prefix = node.p.subnet.rsplit_once(".0/").unwrap().0;
+        assert!(
+            leases.iter().any(|l| l.starts_with(&format!("{prefix}."))),
+            "no address of {} leased to the bridge pod: {leases:?}",
+            node.p.subnet
+        );
         let pods_file = node.p.t.join("pods.json");
         let sc = Scenario {
             node,
