@@ -1,5 +1,5 @@
-//! Harnesses of the live tests (storepatch/tests/{docker_live,containerd_live}.rs and
-//! cli/tests/e2e_live.rs): private runtime daemons on paths of their own, the images and
+//! Harnesses of the live tests (storepatch/tests/{docker_live,containerd_live}.rs,
+//! cli/tests/e2e_live.rs and cli/tests/crio_live.rs): private runtime daemons on paths of their own, the images and
 //! kubelet-shaped configs they run, and Drop guards that stop and clean up everything they
 //! started, by pid, even when a check fails.
 //!
@@ -9,7 +9,7 @@
 //! `storepatch::live::docker::DockerClient::request` / `call`.
 //!
 //! Everything here needs root and the runtimes the setup scripts install
-//! (scripts/setup-docker.sh, scripts/setup-containerd.sh).
+//! (scripts/setup-docker.sh, scripts/setup-containerd.sh, scripts/setup-crio.sh).
 #![deny(missing_docs)]
 
 pub mod containerd;
