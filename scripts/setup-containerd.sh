@@ -4,8 +4,8 @@
 # * containerd 1.6.20 + runc + busybox-static: Debian 12 packages, installed normally (the
 #   package's own service is never started: a temporary policy-rc.d refuses it).
 # * containerd 1.7.24 (Debian 13 trixie) and 2.1.9 (Debian sid): fetched from Debian's own
-#   archive through a PRIVATE apt configuration under .cache/apt-private (its own sources list,
-#   lists and cache directories, on the same mirror as the system's sources), `apt-get download`
+#   archive through a PRIVATE apt configuration under .cache/apt-private (scripts/apt-private.sh:
+#   its own sources list, lists and cache directories, on the system's mirror), `apt-get download`
 #   and `dpkg-deb -x` into .cache/runtimes/containerd-<version>/. Never installed system-wide.
 #   Each folder must hold usr/bin/{containerd,ctr,containerd-shim-runc-v2}, which must run here.
 set -euo pipefail
@@ -53,30 +53,10 @@ for v in "${!SUITE[@]}"; do
 done
 
 if [ ${#missing[@]} -gt 0 ]; then
-    # the mirror the machine already uses (deb822 sources), falling back to deb.debian.org
-    mirror="$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
-    mirror="${mirror:-http://deb.debian.org/debian}"
-    keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-    mkdir -p "$priv/lists/partial" "$priv/cache/archives/partial" "$priv/etc/preferences.d" "$priv/etc/sources.list.d" "$priv/debs"
-    : > "$priv/status"
-    {
-        for s in $(printf '%s\n' "${SUITE[@]}" | sort -u); do
-            echo "deb [signed-by=$keyring] $mirror $s main"
-        done
-    } > "$priv/etc/sources.list"
-    APT=(-o "Dir::Etc::SourceList=$priv/etc/sources.list"
-         -o "Dir::Etc::SourceParts=$priv/etc/sources.list.d"
-         -o "Dir::Etc::Preferences=$priv/etc/preferences"
-         -o "Dir::Etc::PreferencesParts=$priv/etc/preferences.d"
-         -o "Dir::State::Lists=$priv/lists"
-         -o "Dir::State::status=$priv/status"
-         -o "Dir::Cache=$priv/cache"
-         -o "APT::Get::List-Cleanup=0")
-    # refresh the private lists at most once a day
-    if [ -z "$(find "$priv/lists" -maxdepth 1 -name '*_InRelease' -mmin -1440 2>/dev/null | head -1)" ]; then
-        log "apt-get update (private: $(printf '%s ' "${SUITE[@]}" | xargs -n1 | sort -u | xargs) on $mirror)"
-        apt-get "${APT[@]}" update -qq
-    fi
+    . "$here/scripts/apt-private.sh"
+    # shellcheck disable=SC2046 # one word per suite
+    apt_private_init $(printf '%s\n' "${SUITE[@]}" | sort -u)
+    APT=("${APT_PRIVATE[@]}")
     for v in "${missing[@]}"; do
         # exact Debian version of containerd <v> in the private suites, e.g. 1.7.24~ds1-6+deb13u1
         debver="$(apt-cache "${APT[@]}" madison containerd | awk -F'|' '{gsub(/ /,"",$2); print $2}' \
