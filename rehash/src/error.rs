@@ -24,6 +24,10 @@ pub enum Error {
     #[error(transparent)]
     Pods(#[from] crate::pods::PodsError),
 
+    /// The plan has `block` hazards the patch was not told how to deal with; nothing written.
+    #[error("refused, nothing written: {}", .0.join("; "))]
+    Blocked(Vec<String>),
+
     /// `From::Auto` found no container whose stored hash any version reproduces.
     #[error("--from auto: no container's stored hash matches any kubelet version 1.8–1.36 for the pod specs given; is this the right pods file for this node? Give --from to see per-container reasons")]
     NothingProven,
@@ -115,6 +119,7 @@ impl Error {
             | Error::NothingToVerify(_)
             | Error::PlanMismatch { .. } => ErrorClass::Usage,
             Error::NothingProven
+            | Error::Blocked(_)
             | Error::FromDisagreement { .. }
             | Error::RollbackConflict { .. }
             | Error::ValueRollbackConflict(_) => ErrorClass::Refused,

@@ -54,6 +54,7 @@
 #![deny(missing_docs)]
 
 pub mod error;
+pub mod hazard;
 pub mod node;
 pub mod patch;
 pub mod plan;
@@ -64,6 +65,7 @@ pub mod verify;
 
 pub use error::{Error, ErrorClass};
 pub use hashcompat::{Hash, KubeletVersion as Version};
+pub use hazard::{Hazard, Severity};
 pub use node::{default_backup_dir, StoreLocation};
 pub use patch::{patch, BackupOptions, PatchReport};
 pub use plan::{Action, From, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT};

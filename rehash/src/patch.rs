@@ -1,6 +1,7 @@
 //! patch: refuse while the runtime runs, pre-check, back up, rewrite, read back.
 
 use crate::error::Error;
+use crate::hazard::Severity;
 use crate::plan::{Plan, Stage};
 use crate::progress::{Event, Progress};
 use std::collections::HashMap;
@@ -57,6 +58,15 @@ pub fn patch(
     let rewrites = plan.rewrites();
     store.ensure_stopped()?;
     store.precheck()?;
+    let blocking: Vec<String> = plan
+        .hazards
+        .iter()
+        .filter(|h| h.severity == Severity::Block)
+        .map(|h| format!("[{}] {}", h.code, h.message))
+        .collect();
+    if !blocking.is_empty() {
+        return Err(Error::Blocked(blocking));
+    }
     let swept_temps = store.sweep_stale_temps()?;
     if swept_temps > 0 {
         progress.event(Event::SweptStaleTemps(swept_temps));

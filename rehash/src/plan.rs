@@ -8,6 +8,7 @@
 //! right outcome — rewriting would suppress it.
 
 use crate::error::Error;
+use crate::hazard::Hazard;
 use crate::pods::{ContainerState, ContainerType, PodIndex};
 use hashcompat::{ContainerHashes, Hash, KubeletVersion, SpecError};
 use rayon::prelude::*;
@@ -178,7 +179,11 @@ pub struct Plan {
     pub records: Vec<PlanRecord>,
     /// The counts.
     pub summary: Summary,
-    /// Hazards outside the hash an operator must know before the window.
+    /// Hazards outside the hash an operator must know before the window, with stable codes
+    /// and severities. Reports written before the field existed read as none.
+    #[serde(default)]
+    pub hazards: Vec<Hazard>,
+    /// The hazards' messages, in the same order (kept for readers of earlier reports).
     pub warnings: Vec<String>,
     /// Where the time went.
     pub timings: Timings,
@@ -438,8 +443,14 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
         records.push(plan_record(input, r, hashes_for(r), &at, &matches, from_v));
     }
     let summary = summarize(&records, input.to);
-    let mut warnings = input.scan.warnings.clone();
-    warnings.extend(hazards(input, from_v, &records));
+    let mut hazards: Vec<Hazard> = input.scan.warnings.iter().map(Hazard::from).collect();
+    hazards.extend(crate::hazard::version_hazards(
+        input.runtime,
+        from_v,
+        input.to,
+        &records,
+    ));
+    let warnings = hazards.iter().map(|h| h.message.clone()).collect();
     let plan_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(Plan {
         format: REPORT_FORMAT,
@@ -452,6 +463,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
         endpoint: None,
         records,
         summary,
+        hazards,
         warnings,
         timings: Timings {
             hash_ms,
@@ -693,28 +705,4 @@ fn summarize(records: &[PlanRecord], to: KubeletVersion) -> Summary {
         would_restart_after_rewrite: after,
         sentence,
     }
-}
-
-/// Known upgrade hazards outside the hash.
-fn hazards(input: &PlanInput<'_, '_>, from: KubeletVersion, records: &[PlanRecord]) -> Vec<String> {
-    let mut w = Vec::new();
-    if input.runtime == RuntimeKind::Docker && input.to.minor() >= 24 {
-        w.push(format!(
-            "kubelet {} has no dockershim (removed in 1.24): this node needs cri-dockerd, which keeps the same Docker labels",
-            input.to
-        ));
-    }
-    if from.minor() < 14 && input.to.minor() >= 14 {
-        w.push("kubelet 1.14 moved container logs to /var/log/pods/<namespace>_<pod>_<uid>/<container>/<n>.log: containers adopted from an older kubelet keep their old log paths (kubectl logs may miss them until they restart)".into());
-    }
-    let undecodable = records
-        .iter()
-        .filter(|r| r.action == Action::Undecodable)
-        .count();
-    if undecodable > 0 {
-        w.push(format!(
-            "{undecodable} store record(s) cannot be decoded; the runtime may drop them on restart and the kubelet start a second copy"
-        ));
-    }
-    w
 }
