@@ -8,7 +8,8 @@ mod spinner;
 
 use clap::{Args, Parser, Subcommand};
 use hashcompat::KubeletVersion;
-use rehash::{Error, ErrorClass, From, Plan, StoreLocation};
+use rehash::static_pods::StaticManifests;
+use rehash::{Error, ErrorClass, From, NodeFiles, Plan, StoreLocation};
 use render::Output;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -34,7 +35,8 @@ const EXIT_CODES_HELP: &str = "Exit codes:
   0  done / verified
   1  unexpected failure (or, for `hash`, some input could not be hashed)
   2  usage error (bad flags, unknown versions, unreadable pods file)
-  3  refused: runtime running, pre-check failed, store changed since the backup
+  3  refused: runtime running, pre-check failed, a block hazard, another node's
+     pods file, store changed since the backup
   4  finished, but some containers are unproven and will restart (plan/patch),
      or verification failed (verify)";
 
@@ -110,6 +112,8 @@ enum Command {
         from: String,
         #[command(flatten)]
         store: StoreFlags,
+        #[command(flatten)]
+        node: NodeFlags,
         /// Ask the running runtime instead of reading its store: every container the patch
         /// report names as rewritten must report its new hash, run, and keep its pid. Needs
         /// only --report (the report names the runtime, its endpoint and the containers).
@@ -216,6 +220,37 @@ struct PlanFlags {
     from: String,
     #[command(flatten)]
     store: StoreFlags,
+    #[command(flatten)]
+    node: NodeFlags,
+}
+
+/// What the plan reads from the node besides the store and the pods file.
+#[derive(Args, Clone, Default)]
+struct NodeFlags {
+    /// The kubelet's static pod manifests (its `staticPodPath`): tells a static pod's pinned
+    /// UID (kept by every kubelet) from a derived one (a new pod under another kubelet
+    /// version). Default /etc/kubernetes/manifests, read when it exists.
+    #[arg(long, value_name = "DIR")]
+    manifests: Option<PathBuf>,
+}
+
+impl NodeFlags {
+    /// Reads what the flags name; a default path that is not there is simply not read, a
+    /// path given explicitly must be.
+    fn read(&self) -> Result<NodeFiles, Failure> {
+        let manifests = match &self.manifests {
+            Some(dir) => Some(dir.clone()),
+            None => {
+                let d = Path::new(rehash::static_pods::DEFAULT_MANIFESTS_DIR);
+                d.is_dir().then(|| d.to_path_buf())
+            }
+        };
+        let manifests = manifests
+            .map(|d| StaticManifests::read(&d))
+            .transpose()
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        Ok(NodeFiles { manifests })
+    }
 }
 
 /// A command's "no": a message and its exit code. Every library error becomes one here, in
@@ -313,13 +348,15 @@ fn plan_node(
     to: &str,
     from: &str,
     store: &StoreFlags,
+    node: &NodeFlags,
 ) -> Result<(Box<dyn storepatch::RuntimeStore>, Plan), Failure> {
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
     let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
+    let node = node.read()?;
     let location = store.location()?;
     let store = location.open()?;
-    let plan = Plan::build(&pods, store.as_ref(), from, to)?;
+    let plan = Plan::build_with(&pods, store.as_ref(), from, to, &node)?;
     Ok((store, plan))
 }
 
@@ -332,7 +369,13 @@ fn plan_exit(plan: &Plan) -> u8 {
 }
 
 fn cmd_plan(flags: &PlanFlags, output: Output, out: &mut dyn Write) -> Done {
-    let (_, plan) = plan_node(&flags.pods, &flags.to, &flags.from, &flags.store)?;
+    let (_, plan) = plan_node(
+        &flags.pods,
+        &flags.to,
+        &flags.from,
+        &flags.store,
+        &flags.node,
+    )?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     Ok(plan_exit(&plan))
 }
@@ -352,7 +395,13 @@ fn cmd_patch(
     output: Output,
     out: &mut dyn Write,
 ) -> Done {
-    let (store, plan) = plan_node(&flags.pods, &flags.to, &flags.from, &flags.store)?;
+    let (store, plan) = plan_node(
+        &flags.pods,
+        &flags.to,
+        &flags.from,
+        &flags.store,
+        &flags.node,
+    )?;
     if dry_run {
         render::plan(&plan, output, out).map_err(Failure::output)?;
         return Ok(plan_exit(&plan));
@@ -402,6 +451,7 @@ struct VerifyFlags<'a> {
     to: Option<&'a str>,
     from: &'a str,
     store: &'a StoreFlags,
+    node: &'a NodeFlags,
     live: bool,
     endpoint: Option<&'a str>,
     report: Option<&'a Path>,
@@ -436,7 +486,7 @@ fn cmd_verify(f: &VerifyFlags<'_>, output: Output, out: &mut dyn Write) -> Done 
         f.pods.expect("clap: --pods required without --live"),
         f.to.expect("clap: --to required without --live"),
     );
-    let (_, plan) = plan_node(pods, to, f.from, f.store)?;
+    let (_, plan) = plan_node(pods, to, f.from, f.store, f.node)?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     let v = rehash::verify(&plan);
     if v.ok() {
@@ -577,6 +627,7 @@ fn main() -> ExitCode {
             to,
             from,
             store,
+            node,
             live,
             endpoint,
             report,
@@ -587,6 +638,7 @@ fn main() -> ExitCode {
                 to: to.as_deref(),
                 from,
                 store,
+                node,
                 live: *live,
                 endpoint: endpoint.as_deref(),
                 report: report.as_deref(),

@@ -227,7 +227,7 @@ fn bad_pods_files() {
                 }
             }),
             3,
-            "no container's stored hash matches",
+            "this is another node's pods file",
         ),
     ];
     let n = cases.len();

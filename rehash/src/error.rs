@@ -24,6 +24,10 @@ pub enum Error {
     #[error(transparent)]
     Pods(#[from] crate::pods::PodsError),
 
+    /// The pods file is not this node's (exit 3: refused, nothing read as a guess).
+    #[error("pods file: {0}")]
+    ForeignPods(String),
+
     /// The plan has `block` hazards the patch was not told how to deal with; nothing written.
     #[error("refused, nothing written: {}", .0.join("; "))]
     Blocked(Vec<String>),
@@ -120,6 +124,7 @@ impl Error {
             | Error::PlanMismatch { .. } => ErrorClass::Usage,
             Error::NothingProven
             | Error::Blocked(_)
+            | Error::ForeignPods(_)
             | Error::FromDisagreement { .. }
             | Error::RollbackConflict { .. }
             | Error::ValueRollbackConflict(_) => ErrorClass::Refused,

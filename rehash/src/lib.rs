@@ -61,6 +61,7 @@ pub mod plan;
 pub mod pods;
 pub mod progress;
 pub mod rollback;
+pub mod static_pods;
 pub mod verify;
 
 pub use error::{Error, ErrorClass};
@@ -68,7 +69,7 @@ pub use hashcompat::{Hash, KubeletVersion as Version};
 pub use hazard::{Hazard, Severity};
 pub use node::{default_backup_dir, StoreLocation};
 pub use patch::{patch, BackupOptions, PatchReport};
-pub use plan::{Action, From, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT};
+pub use plan::{Action, From, NodeFiles, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT};
 pub use progress::{Event, Progress, Silent};
 pub use rollback::{rollback, rollback_values, ValueRollback};
 pub use verify::{verify, verify_live, LiveProblem, LiveVerification, Verification};
