@@ -18,8 +18,8 @@
 //! Go does: structs keep unmentioned fields, maps gain entries, slices are replaced.
 //!
 //! Printing follows go-spew 1.1.1 `format.go` with `%#v`: a value carries its `(type)` prefix
-//! except as a slice element, map key or map value; a pointer prints `(*T)` (unless its
-//! prefix is suppressed) and then its pointee without a prefix, or `<nil>`; nil maps and
+//! except as a slice element, map key or map value; a pointer prints `(*T)`, or `<*>` where
+//! the prefix is suppressed, and then its pointee without a prefix, or `<nil>`; nil maps and
 //! slices print `<nil>`; maps print `map[k:v ...]` with keys sorted (`SortKeys`); structs
 //! `{Name:value ...}`; strings raw; `[]byte` as decimal elements.
 
@@ -377,8 +377,11 @@ impl Layout {
                     let _ = write!(out, "({name})<nil>");
                 }
                 Some(inner) => {
+                    // formatPtr: the type when shown, else the indirection count in angles.
                     if prefix {
                         let _ = write!(out, "({name})");
+                    } else {
+                        out.push_str("<*>");
                     }
                     self.write(out, elem, inner, false);
                 }

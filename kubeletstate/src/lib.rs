@@ -12,8 +12,8 @@
 //! it with each reading version's code; `tests/golden.rs` asserts the same verdicts and
 //! checksums here.
 //!
-//! What a rejected file does to the kubelet decides the severity: the DRA, pod status and CPU
-//! managers refuse to start (the kubelet exits or panics: "please drain this node and delete
+//! What a rejected file does to the kubelet decides the severity: the DRA, pod status, CPU and
+//! memory managers refuse to start (the kubelet exits or panics: "please drain this node and delete
 //! ... checkpoint file"), so their rejections [`Severity::Block`]; the device manager logs a
 //! warning and runs on with an empty allocation state ([`Severity::Warn`]).
 //!
@@ -96,7 +96,7 @@ impl CheckpointKind {
     /// How the kubelet reacts when it rejects this file.
     fn rejection_severity(self) -> Severity {
         match self {
-            CheckpointKind::DeviceManager | CheckpointKind::MemoryManager => Severity::Warn,
+            CheckpointKind::DeviceManager => Severity::Warn,
             _ => Severity::Block,
         }
     }
@@ -393,7 +393,7 @@ fn remedy(kind: CheckpointKind, path: &Path, target: KubeletVersion) -> String {
             "kubelet {target} starts but forgets every device allocation (\"Continue after failing to read checkpoint file\"), so pods may be admitted without their devices until the device plugins register again: drain the node's device-using pods first, or set {p} aside knowingly"
         ),
         CheckpointKind::MemoryManager => format!(
-            "kubelet {target} may refuse to start: drain the node and set {p} aside first"
+            "kubelet {target} will refuse to start (\"could not restore state from checkpoint\", asking to drain the node and delete the memory manager checkpoint file): drain the node, set {p} aside, then start kubelet {target}"
         ),
     }
 }
@@ -441,7 +441,10 @@ fn reader_for(kind: CheckpointKind, target: KubeletVersion) -> Choice {
         },
         CheckpointKind::MemoryManager => match minor {
             ..=20 => Choice::NotRead("the memory manager exists from v1.21 on"),
-            _ => Choice::Undetermined("the memory manager checkpoint structs are not in this tool's data"),
+            21..=35 => Choice::Read(&readers::MEMORY_1_21),
+            _ => Choice::Undetermined(
+                "the memory manager checkpoint of v1.36 and later (V2, pod-level resource managers) is not in this tool's data",
+            ),
         },
     }
 }

@@ -28,7 +28,8 @@ fn layout(name: &str) -> &'static Layout {
             "cpu-v2-1.18",
             "device-1.19",
             "device-1.20",
-            "device-v1-1.23"
+            "device-v1-1.23",
+            "memory-1.21"
         )
     });
     &all.iter()
@@ -371,4 +372,17 @@ pub(crate) const DEVICE_1_23: Reader = Reader {
             dra_without_resource_handles: false,
         },
     ],
+};
+
+/// Memory manager, v1.21 to v1.35.
+pub(crate) const MEMORY_1_21: Reader = Reader {
+    source:
+        "kubernetes v1.21..v1.35 pkg/kubelet/cm/memorymanager/state/checkpoint.go VerifyChecksum",
+    steps: &[Step::Spew {
+        layout: "memory-1.21",
+        hashed: Hashed::PtrToRoot,
+        renames: &[],
+        zero_accepted: true,
+        dra_without_resource_handles: false,
+    }],
 };

@@ -17,6 +17,7 @@ import (
 	dev120 "rehash/ckpt/dev120/checkpoint"
 	dra130 "rehash/ckpt/dra130/state"
 	dra131 "rehash/ckpt/dra131/checkpoint"
+	mem121 "rehash/ckpt/mem121/state"
 	"rehash/ckpt/sets"
 	status131 "rehash/ckpt/status131/state"
 	status132 "rehash/ckpt/status132/state"
@@ -53,6 +54,7 @@ var (
 	draReaders    = []reader{{"1.30", cs(dra130.Read)}, {"1.31", dra131.Read}}
 	statusReaders = []reader{{"1.31", cs(status131.Read)}, {"1.32", cs(status132.Read)}}
 	cpuReaders    = []reader{{"1.17", cs(cpu117.Read)}, {"1.18", cs(cpu120.Read)}}
+	memoryReaders = []reader{{"1.21", cs(mem121.Read)}}
 	deviceReaders = []reader{{"1.19", cs(dev119.Read)}, {"1.20", cs(dev120.Read)}, {"1.23", cs(dev120.ReadWithV1Fallback)}}
 )
 
@@ -228,6 +230,37 @@ func device119Empty() []byte {
 	return must(dev119.New(nil, map[string][]string{}).MarshalCheckpoint())
 }
 
+func memory121Static() []byte {
+	cp := mem121.New()
+	cp.PolicyName = "Static"
+	const gi = 1 << 30
+	// Node IDs past 9 check that go-spew sorts int keys numerically (10 after 2).
+	for _, node := range []int{0, 2, 10} {
+		cp.MachineState[node] = &mem121.NUMANodeState{
+			MemoryMap: map[v1.ResourceName]*mem121.MemoryTable{
+				"memory":        {TotalMemSize: 64 * gi, SystemReserved: gi, Allocatable: 63 * gi, Reserved: 0, Free: 63 * gi},
+				"hugepages-1Gi": {TotalMemSize: 4 * gi, Allocatable: 4 * gi, Free: 4 * gi},
+			},
+			Cells: []int{node},
+		}
+	}
+	cp.MachineState[0].NumberOfAssignments = 2
+	cp.MachineState[0].MemoryMap["memory"].Reserved = 2 * gi
+	cp.MachineState[0].MemoryMap["memory"].Free = 61 * gi
+	cp.MachineState[0].MemoryMap["hugepages-1Gi"].Reserved = gi
+	cp.MachineState[0].MemoryMap["hugepages-1Gi"].Free = 3 * gi
+	cp.Entries["a6f5e0f2-1d7c-4c38-8d0e-7d3f1e2b9c44"] = map[string][]mem121.Block{
+		"app": {{NUMAAffinity: []int{0}, Type: "memory", Size: 2 * gi}, {NUMAAffinity: []int{0}, Type: "hugepages-1Gi", Size: gi}},
+	}
+	return must(cp.MarshalCheckpoint())
+}
+
+func memory121None() []byte {
+	cp := mem121.New()
+	cp.PolicyName = "None"
+	return must(cp.MarshalCheckpoint())
+}
+
 func main() {
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: kubelet-checkpoints OUTDIR")
@@ -250,6 +283,8 @@ func main() {
 		{"cpu-1.17-static", "cpu_manager_state", "1.17", cpu117Static, cpuReaders},
 		{"cpu-1.18-static", "cpu_manager_state", "1.18", cpu118Static, cpuReaders},
 		{"cpu-1.18-none", "cpu_manager_state", "1.18", cpu118None, cpuReaders},
+		{"memory-1.21-static", "memory_manager_state", "1.21", memory121Static, memoryReaders},
+		{"memory-1.21-none", "memory_manager_state", "1.21", memory121None, memoryReaders},
 		{"device-1.19", "device-plugins/kubelet_internal_checkpoint", "1.19", device119, deviceReaders},
 		{"device-1.19-empty", "device-plugins/kubelet_internal_checkpoint", "1.19", device119Empty, deviceReaders},
 		{"device-1.20", "device-plugins/kubelet_internal_checkpoint", "1.20", device120, deviceReaders},
