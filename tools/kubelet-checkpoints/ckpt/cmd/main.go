@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"rehash/ckpt/checksum"
 	cpu117 "rehash/ckpt/cpu117/state"
@@ -261,6 +262,21 @@ func memory121None() []byte {
 	return must(cp.MarshalCheckpoint())
 }
 
+// edited is a file another case writes, edited as a person or another tool might: these cases
+// pin how encoding/json treats member names, unknown and repeated members, null and base64.
+func edited(base func() []byte, edits ...[2]string) func() []byte {
+	return func() []byte {
+		text := string(base())
+		for _, e := range edits {
+			if !strings.Contains(text, e[0]) {
+				panic(fmt.Sprintf("edit %q not found", e[0]))
+			}
+			text = strings.Replace(text, e[0], e[1], 1)
+		}
+		return []byte(text)
+	}
+}
+
 func main() {
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: kubelet-checkpoints OUTDIR")
@@ -277,6 +293,22 @@ func main() {
 		{"dra-1.30-empty", "dra_manager_state", "1.30", dra130Empty, draReaders},
 		{"dra-1.31-claim", "dra_manager_state", "1.31", dra131Claim, draReaders},
 		{"status-1.31-resized", "pod_status_manager_state", "1.31", status131Resized, statusReaders},
+		// Members match fields case-insensitively; unknown members are dropped.
+		{"cpu-1.18-static-json-names", "cpu_manager_state", "1.18", edited(cpu118Static,
+			[2]string{`{"policyName"`, `{"unknownMember":{"a":[1,2.5,null]},"POLICYNAME"`},
+			[2]string{`"defaultCpuSet"`, `"DefaultCPUSet"`}), cpuReaders},
+		// A null list leaves a nil slice: v1.30's first checksum differs, its fallback does not.
+		{"dra-1.30-null-entries", "dra_manager_state", "1.30", edited(dra130Empty,
+			[2]string{`{"version":"v1",`, `{"version":"v1","entries":null,`}), draReaders},
+		// A repeated map member adds to the map decoded so far.
+		{"status-1.31-repeated-member", "pod_status_manager_state", "1.31", edited(status131Resized,
+			[2]string{`"resizeStatusEntries"`, `"allocationEntries":{"b0c1d2e3-0000-4000-8000-000000000001":{"app":{"cpu":"1"}}},"resizeStatusEntries"`}), statusReaders},
+		// Quantities as JSON numbers go through Quantity.UnmarshalJSON too.
+		{"status-1.31-number-quantities", "pod_status_manager_state", "1.31", edited(status131Resized,
+			[2]string{`"cpu":"500m"`, `"cpu":0.5`}), statusReaders},
+		// encoding/json's base64 skips \r and \n.
+		{"device-1.20-base64-newline", "device-plugins/kubelet_internal_checkpoint", "1.20", edited(device120,
+			[2]string{`"AllocResp":"EgoKBE5J`, `"AllocResp":"EgoK\r\nBE5J`}), deviceReaders},
 		{"status-1.31-noncanonical", "pod_status_manager_state", "1.31", status131NonCanonical, statusReaders},
 		{"status-1.31-empty", "pod_status_manager_state", "1.31", status131Empty, statusReaders},
 		{"status-1.32-resized", "pod_status_manager_state", "1.32", status132Resized, statusReaders},
