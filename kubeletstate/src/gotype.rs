@@ -10,7 +10,7 @@
 //! one `<nil>`).
 //!
 //! Decoding follows `encoding/json` for the kinds these checkpoints use: members match fields
-//! by exact name, else ASCII case-insensitively; unknown members are dropped; `null` sets
+//! by exact name, else case-insensitively ([`go_equal_fold`]); unknown members are dropped; `null` sets
 //! maps, slices and pointers to nil and leaves other kinds alone; a value of the wrong JSON
 //! kind, an integer out of range or with a fraction, an invalid base64 `[]byte` or an
 //! unparsable map key is an error (Go keeps decoding after a type error, but `Unmarshal`
@@ -339,11 +339,10 @@ impl Layout {
             }
             (GoType::Struct { fields }, NodeValue::Object(members), Val::Struct(vals)) => {
                 for (k, item) in members {
-                    let found = fields.iter().position(|f| f.json_name() == k).or_else(|| {
-                        fields
-                            .iter()
-                            .position(|f| f.json_name().eq_ignore_ascii_case(k))
-                    });
+                    let found = fields
+                        .iter()
+                        .position(|f| f.json_name() == k)
+                        .or_else(|| fields.iter().position(|f| go_equal_fold(f.json_name(), k)));
                     if let Some(i) = found {
                         let f = &fields[i];
                         self.decode_into(&mut vals[i], &f.ty, item, &format!("{path}.{}", f.name))?;
@@ -454,6 +453,28 @@ impl Layout {
             _ => unreachable!("decoded values match their types"),
         }
     }
+}
+
+/// Whether a JSON member name matches an ASCII field name the way `encoding/json` matches
+/// names that differ from the exact one: case-insensitively, where U+212A KELVIN SIGN folds
+/// to `k` and U+017F LATIN SMALL LETTER LONG S to `s` (the two non-ASCII runes whose simple
+/// case folding reaches an ASCII letter).
+pub fn go_equal_fold(name: &str, key: &str) -> bool {
+    let mut key_chars = key.chars();
+    for n in name.chars() {
+        let Some(k) = key_chars.next() else {
+            return false;
+        };
+        let k = match k {
+            '\u{212A}' => 'k',
+            '\u{17F}' => 's',
+            k => k.to_ascii_lowercase(),
+        };
+        if n.to_ascii_lowercase() != k {
+            return false;
+        }
+    }
+    key_chars.next().is_none()
 }
 
 fn number_error(n: &str, path: &str, name: &str) -> DecodeError {

@@ -185,6 +185,15 @@ pub enum Error {
         /// The path.
         path: PathBuf,
     },
+    /// The kubelet directory does not exist or is not a directory (a mistyped `--kubelet-dir`
+    /// must not pass as a node without checkpoints).
+    #[error("{path}: not a kubelet directory: {why}")]
+    NoKubeletDir {
+        /// The path.
+        path: PathBuf,
+        /// What is there instead.
+        why: String,
+    },
     /// The path exists but is not a regular file.
     #[error("{path}: not a regular file")]
     NotRegular {
@@ -222,7 +231,24 @@ pub enum Error {
 /// Judges every known checkpoint file present under `kubelet_dir` for `target`. Files that
 /// do not exist are skipped (the kubelet creates them); symbolic links, non-regular files,
 /// files that are not JSON or not of a known shape are errors, and nothing is judged then.
+/// `kubelet_dir` itself may be a symbolic link (nodes often link /var/lib/kubelet to a data
+/// disk); it must be a directory.
 pub fn scan_dir(kubelet_dir: &Path, target: KubeletVersion) -> Result<Vec<Finding>, Error> {
+    match std::fs::metadata(kubelet_dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::NoKubeletDir {
+                path: kubelet_dir.to_path_buf(),
+                why: "not a directory".into(),
+            })
+        }
+        Err(e) => {
+            return Err(Error::NoKubeletDir {
+                path: kubelet_dir.to_path_buf(),
+                why: e.to_string(),
+            })
+        }
+    }
     let mut findings = Vec::new();
     for kind in CheckpointKind::ALL {
         let path = kubelet_dir.join(kind.relative_path());
@@ -460,7 +486,7 @@ fn member<'a>(node: &'a Node<'a>, name: &str) -> Option<&'a Node<'a>> {
     members(node)?
         .iter()
         .rev()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .find(|(k, _)| gotype::go_equal_fold(name, k))
         .map(|(_, v)| v)
 }
 
@@ -481,7 +507,7 @@ fn detect_format(
             node.kind_name()
         )));
     };
-    let has = |name: &str| ms.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+    let has = |name: &str| ms.iter().any(|(k, _)| gotype::go_equal_fold(name, k));
     let names = || {
         ms.iter()
             .map(|(k, _)| k.as_str())

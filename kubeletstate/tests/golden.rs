@@ -157,7 +157,8 @@ fn replace_once(bytes: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
 /// The stored checksum with its last digit changed.
 fn other_checksum(bytes: &[u8]) -> Vec<u8> {
     let text = std::str::from_utf8(bytes).unwrap();
-    let key = text.rfind("hecksum\":").expect("a checksum member") + "hecksum\":".len();
+    // "sum": also finds a member spelled with U+212A for its k.
+    let key = text.rfind("sum\":").expect("a checksum member") + "sum\":".len();
     let end = key + text[key..].bytes().take_while(u8::is_ascii_digit).count();
     let mut out = bytes.to_vec();
     out[end - 1] = if out[end - 1] == b'9' {

@@ -127,6 +127,25 @@ fn an_empty_kubelet_dir_has_no_findings() {
     assert!(scan_dir(dir.path(), v("1.31")).unwrap().is_empty());
 }
 
+#[test]
+fn a_missing_or_non_directory_kubelet_dir_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = scan_dir(&dir.path().join("nope"), v("1.31")).unwrap_err();
+    assert!(matches!(err, Error::NoKubeletDir { .. }), "{err}");
+    std::fs::write(dir.path().join("file"), b"").unwrap();
+    let err = scan_dir(&dir.path().join("file"), v("1.31")).unwrap_err();
+    assert!(err.to_string().contains("not a directory"), "{err}");
+}
+
+#[test]
+fn a_symlinked_kubelet_dir_is_followed() {
+    let node = node_1_30();
+    let parent = tempfile::tempdir().unwrap();
+    let link = parent.path().join("kubelet");
+    std::os::unix::fs::symlink(node.path(), &link).unwrap();
+    assert_eq!(scan_dir(&link, v("1.31")).unwrap().len(), 4);
+}
+
 fn scan_err(setup: impl FnOnce(&Path)) -> (Error, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     setup(dir.path());
