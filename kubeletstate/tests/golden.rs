@@ -57,8 +57,8 @@ fn every_golden_case_gets_the_go_verdict_and_checksum() {
     let cases = cases();
     assert_eq!(
         cases.len(),
-        21,
-        "fixtures/checkpoints has the 21 generated cases"
+        22,
+        "fixtures/checkpoints has the 22 generated cases"
     );
     let mut checked = 0;
     for (case, bytes) in &cases {
@@ -86,7 +86,7 @@ fn every_golden_case_gets_the_go_verdict_and_checksum() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 44);
+    assert_eq!(checked, 46);
 }
 
 /// The version pairs the upstream reports name, as the golden data decides them.
@@ -109,6 +109,11 @@ fn the_upstream_pairs_are_decided_as_reported() {
         Verdict::Rejected { .. }
     ));
     assert_eq!(verdict_of("dra-1.30-claim", "1.30"), Verdict::Accepted);
+    // kubernetes#123552: ResourceHandle gained StructuredData in 1.30, so 1.29's claims fail.
+    assert!(matches!(
+        verdict_of("dra-1.29-claim", "1.30"),
+        Verdict::Rejected { .. }
+    ));
     // Downgrade 1.31 -> 1.30.
     assert!(matches!(
         verdict_of("dra-1.31-claim", "1.30"),

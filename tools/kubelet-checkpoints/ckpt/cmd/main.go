@@ -16,6 +16,7 @@ import (
 	cpu120 "rehash/ckpt/cpu120/state"
 	dev119 "rehash/ckpt/dev119/checkpoint"
 	dev120 "rehash/ckpt/dev120/checkpoint"
+	dra129 "rehash/ckpt/dra129/state"
 	dra130 "rehash/ckpt/dra130/state"
 	dra131 "rehash/ckpt/dra131/checkpoint"
 	mem121 "rehash/ckpt/mem121/state"
@@ -24,6 +25,7 @@ import (
 	status132 "rehash/ckpt/status132/state"
 	"rehash/ckpt/v1"
 	"rehash/ckpt/v1alpha2"
+	v1alpha2v129 "rehash/ckpt/v1alpha2v129"
 )
 
 type reader struct {
@@ -106,6 +108,23 @@ func dra128Claim() []byte {
 		PodUIDs:    sets.Set[string]{"a6f5e0f2-1d7c-4c38-8d0e-7d3f1e2b9c44": {}},
 		CDIDevices: map[string][]string{"gpu.example.com": {"gpu.example.com/gpu=gpu-0"}},
 	}}))
+}
+
+func dra129Claim() []byte {
+	cp := &dra129.DRAManagerCheckpoint{Version: "v1", Entries: dra129.ClaimInfoStateList{{
+		DriverName: "gpu.example.com",
+		ClassName:  "gpu",
+		ClaimUID:   "5b0d1c7e-8f43-4b7a-9a55-0c2c7a8f1e21",
+		ClaimName:  "gpu-claim",
+		Namespace:  "default",
+		PodUIDs:    sets.Set[string]{"a6f5e0f2-1d7c-4c38-8d0e-7d3f1e2b9c44": {}},
+		ResourceHandles: []v1alpha2v129.ResourceHandle{{
+			DriverName: "gpu.example.com",
+			Data:       `{"devices":["gpu-0"]}`,
+		}},
+		CDIDevices: map[string][]string{"gpu.example.com": {"gpu.example.com/gpu=gpu-0"}},
+	}}}
+	return must(cp.MarshalCheckpoint())
 }
 
 func dra130Empty() []byte {
@@ -290,6 +309,7 @@ func main() {
 	}{
 		{"dra-1.30-claim", "dra_manager_state", "1.30", dra130Claim, draReaders},
 		{"dra-1.28-claim", "dra_manager_state", "1.28", dra128Claim, draReaders},
+		{"dra-1.29-claim", "dra_manager_state", "1.29", dra129Claim, draReaders},
 		{"dra-1.30-empty", "dra_manager_state", "1.30", dra130Empty, draReaders},
 		{"dra-1.31-claim", "dra_manager_state", "1.31", dra131Claim, draReaders},
 		{"status-1.31-resized", "pod_status_manager_state", "1.31", status131Resized, statusReaders},
