@@ -110,8 +110,9 @@ impl CheckpointKind {
             CheckpointKind::PodStatusManager => {
                 Some("read only with the InPlacePodVerticalScaling feature gate enabled")
             }
-            CheckpointKind::MemoryManager => None,
-            CheckpointKind::CpuManager | CheckpointKind::DeviceManager => None,
+            CheckpointKind::CpuManager
+            | CheckpointKind::MemoryManager
+            | CheckpointKind::DeviceManager => None,
         }
     }
 }

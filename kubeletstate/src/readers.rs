@@ -274,7 +274,9 @@ pub(crate) const DRA_1_30: Reader = Reader {
     }],
 };
 
-/// DRA manager, v1.31 and later: the envelope.
+/// DRA manager, v1.31 and later: the envelope. CRC-32, not the checksum package: PR #126303's
+/// final diff drops `checkpointmanager/checksum` from the package, and the checkpoints in
+/// upstream's `checkpoint/checkpointer_test.go` carry the CRC-32 of their Data.
 pub(crate) const DRA_1_31: Reader = Reader {
     source:
         "kubernetes pkg/kubelet/cm/dra/checkpoint/checkpoint.go UnmarshalCheckpoint (PR #126303)",
