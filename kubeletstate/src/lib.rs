@@ -41,7 +41,8 @@ use hashcompat::{Node, NodeValue};
 use readers::{Outcome, Reader};
 use serde::Serialize;
 
-/// The checkpoint files this crate knows, by the manager that owns them.
+/// The checkpoint files this crate knows, by the manager that owns them. Each is read, when
+/// it is read at all, while the kubelet starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckpointKind {
@@ -55,16 +56,22 @@ pub enum CheckpointKind {
     DraManager,
     /// `pod_status_manager_state` (in-place resize allocations, v1.27–v1.32).
     PodStatusManager,
+    /// `allocated_pods_state` (allocation manager, v1.33+).
+    AllocatedPods,
+    /// `actuated_pods_state` (allocation manager, v1.33+).
+    ActuatedPods,
 }
 
 impl CheckpointKind {
     /// Every kind, in the order [`scan_dir`] reports them.
-    pub const ALL: [CheckpointKind; 5] = [
+    pub const ALL: [CheckpointKind; 7] = [
         CheckpointKind::CpuManager,
         CheckpointKind::MemoryManager,
         CheckpointKind::DeviceManager,
         CheckpointKind::DraManager,
         CheckpointKind::PodStatusManager,
+        CheckpointKind::AllocatedPods,
+        CheckpointKind::ActuatedPods,
     ];
 
     /// The file's path relative to the kubelet's root directory.
@@ -75,6 +82,8 @@ impl CheckpointKind {
             CheckpointKind::DeviceManager => "device-plugins/kubelet_internal_checkpoint",
             CheckpointKind::DraManager => "dra_manager_state",
             CheckpointKind::PodStatusManager => "pod_status_manager_state",
+            CheckpointKind::AllocatedPods => "allocated_pods_state",
+            CheckpointKind::ActuatedPods => "actuated_pods_state",
         }
     }
 
@@ -89,6 +98,9 @@ impl CheckpointKind {
             CheckpointKind::DraManager => "https://github.com/kubernetes/kubernetes/issues/127653",
             CheckpointKind::PodStatusManager => {
                 "https://github.com/kubernetes/kubernetes/blob/master/CHANGELOG/CHANGELOG-1.32.md#no-really-you-must-read-this-before-you-upgrade"
+            }
+            CheckpointKind::AllocatedPods | CheckpointKind::ActuatedPods => {
+                "https://github.com/kubernetes/kubernetes/pull/130599"
             }
         }
     }
@@ -110,6 +122,9 @@ impl CheckpointKind {
             CheckpointKind::PodStatusManager => {
                 Some("read only with the InPlacePodVerticalScaling feature gate enabled")
             }
+            CheckpointKind::AllocatedPods | CheckpointKind::ActuatedPods => Some(
+                "read only with the InPlacePodVerticalScaling feature gate enabled (the default from v1.33)",
+            ),
             CheckpointKind::CpuManager
             | CheckpointKind::MemoryManager
             | CheckpointKind::DeviceManager => None,
@@ -410,7 +425,9 @@ fn remedy(kind: CheckpointKind, path: &Path, target: KubeletVersion) -> String {
         CheckpointKind::DraManager => format!(
             "kubelet {target} will refuse to start (\"failed to get checkpoint dra_manager_state: checkpoint is corrupted\"): drain the node's pods that use resource claims, stop the kubelet, set {p} aside, then start kubelet {target}, which creates an empty checkpoint"
         ),
-        CheckpointKind::PodStatusManager => format!(
+        CheckpointKind::PodStatusManager
+        | CheckpointKind::AllocatedPods
+        | CheckpointKind::ActuatedPods => format!(
             "kubelet {target} will panic at start (\"could not restore state from checkpoint\"): set {p} aside before starting it; it rebuilds the allocations from the pods (in-progress resizes are decided again)"
         ),
         CheckpointKind::CpuManager => format!(
@@ -448,8 +465,12 @@ fn reader_for(kind: CheckpointKind, target: KubeletVersion) -> Choice {
             27..=31 => Choice::Read(&readers::STATUS_1_27),
             32 => Choice::Read(&readers::STATUS_1_32),
             _ => Choice::NotRead(
-                "from v1.33 the allocation manager keeps allocated_pods_state and actuated_pods_state instead",
+                "from v1.33 the allocation manager keeps allocated_pods_state and actuated_pods_state instead (PR #130599)",
             ),
+        },
+        CheckpointKind::AllocatedPods | CheckpointKind::ActuatedPods => match minor {
+            ..=32 => Choice::NotRead("the allocation manager's checkpoints exist from v1.33 on"),
+            _ => Choice::Read(&readers::ALLOCATION_1_33),
         },
         CheckpointKind::CpuManager => match minor {
             ..=9 => Choice::Undetermined("the CPU manager state of v1.8/v1.9 is not in this tool's data"),
@@ -568,6 +589,13 @@ fn detect_format(
                 }
                 _ => "device manager without device entries (any version)",
             })
+        }
+        CheckpointKind::AllocatedPods | CheckpointKind::ActuatedPods => {
+            if has("data") {
+                Ok("allocation envelope {data, checksum} (kubelet 1.33+)")
+            } else {
+                Err(unknown(format!("members {{{}}}", names())))
+            }
         }
         CheckpointKind::MemoryManager => {
             if any_of(&["policyName", "machineState", "entries", "checksum"]) {

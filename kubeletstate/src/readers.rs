@@ -29,7 +29,10 @@ fn layout(name: &str) -> &'static Layout {
             "device-1.19",
             "device-1.20",
             "device-v1-1.23",
-            "memory-1.21"
+            "memory-1.21",
+            "status-data-1.32",
+            "allocation-envelope-1.33",
+            "allocation-data-1.33"
         )
     });
     &all.iter()
@@ -63,6 +66,9 @@ enum Step {
         zero_accepted: bool,
         /// On a checksum mismatch, v1.30's DRA `verifyChecksumWithoutResourceHandles`.
         dra_without_resource_handles: bool,
+        /// Once the checksum matches, the `Data` string is decoded into this layout, and a
+        /// failure is reported with this prefix (the pod status and allocation managers).
+        then_decode_data: Option<(&'static str, &'static str)>,
     },
     /// CRC-32 of a `Data` string against a `Checksum` field (DRA envelope).
     Crc32Data { layout: &'static str },
@@ -158,6 +164,7 @@ impl Step {
                 renames,
                 zero_accepted,
                 dra_without_resource_handles,
+                then_decode_data,
             } => {
                 let layout = layout(name);
                 let mut v = match decoded(layout, node) {
@@ -185,14 +192,34 @@ impl Step {
                         Err(outcome) => return outcome,
                     }
                 }
-                if computed == stored {
-                    Outcome::Accepted { computed }
-                } else {
-                    Outcome::Rejected {
+                if computed != stored {
+                    return Outcome::Rejected {
                         reason: format!("{CORRUPT}: stored {stored}, computed {computed}"),
                         computed: Some(computed),
+                    };
+                }
+                if let Some((data_layout, what)) = then_decode_data {
+                    let Val::Struct(fields) = &v else {
+                        unreachable!()
+                    };
+                    let Val::Str(data) = &fields[layout.field_index("Data")] else {
+                        unreachable!("Data is a string")
+                    };
+                    let failed = |reason: String| Outcome::Rejected {
+                        reason: format!("{what}: {reason}"),
+                        computed: Some(computed),
+                    };
+                    let inner = match hashcompat::parse_json(data.as_bytes()) {
+                        Ok(inner) => inner,
+                        Err(e) => return failed(e.to_string()),
+                    };
+                    match decoded(self::layout(data_layout), &inner) {
+                        Ok(_) => {}
+                        Err(Outcome::Rejected { reason, .. }) => return failed(reason),
+                        Err(other) => return other,
                     }
                 }
+                Outcome::Accepted { computed }
             }
             Step::Crc32Data { layout: name } => {
                 let layout = layout(name);
@@ -259,6 +286,7 @@ const fn spew(layout: &'static str) -> Step {
         renames: &[],
         zero_accepted: false,
         dra_without_resource_handles: false,
+        then_decode_data: None,
     }
 }
 
@@ -271,6 +299,7 @@ pub(crate) const DRA_1_30: Reader = Reader {
         renames: &[],
         zero_accepted: false,
         dra_without_resource_handles: true,
+        then_decode_data: None,
     }],
 };
 
@@ -300,6 +329,10 @@ pub(crate) const STATUS_1_32: Reader = Reader {
         renames: &[],
         zero_accepted: false,
         dra_without_resource_handles: false,
+        then_decode_data: Some((
+            "status-data-1.32",
+            "failed to get pod resource allocation info",
+        )),
     }],
 };
 
@@ -312,6 +345,7 @@ pub(crate) const CPU_1_17: Reader = Reader {
         renames: &[],
         zero_accepted: true,
         dra_without_resource_handles: false,
+        then_decode_data: None,
     }],
 };
 
@@ -325,6 +359,7 @@ pub(crate) const CPU_1_18: Reader = Reader {
             renames: &[("CPUManagerCheckpointV1", "CPUManagerCheckpoint", 1)],
             zero_accepted: true,
             dra_without_resource_handles: false,
+            then_decode_data: None,
         },
         Step::Spew {
             layout: "cpu-v2-1.18",
@@ -332,6 +367,7 @@ pub(crate) const CPU_1_18: Reader = Reader {
             renames: &[],
             zero_accepted: true,
             dra_without_resource_handles: false,
+            then_decode_data: None,
         },
     ],
 };
@@ -343,6 +379,7 @@ const fn device(layout: &'static str) -> Step {
         renames: &[],
         zero_accepted: false,
         dra_without_resource_handles: false,
+        then_decode_data: None,
     }
 }
 
@@ -372,6 +409,7 @@ pub(crate) const DEVICE_1_23: Reader = Reader {
             ],
             zero_accepted: false,
             dra_without_resource_handles: false,
+            then_decode_data: None,
         },
     ],
 };
@@ -386,5 +424,22 @@ pub(crate) const MEMORY_1_21: Reader = Reader {
         renames: &[],
         zero_accepted: true,
         dra_without_resource_handles: false,
+        then_decode_data: None,
+    }],
+};
+
+/// Allocation manager (allocated_pods_state, actuated_pods_state), v1.33 and later.
+pub(crate) const ALLOCATION_1_33: Reader = Reader {
+    source: "kubernetes v1.33+ pkg/kubelet/allocation/state/state_checkpoint.go restoreState",
+    steps: &[Step::Spew {
+        layout: "allocation-envelope-1.33",
+        hashed: Hashed::Field("Data"),
+        renames: &[],
+        zero_accepted: false,
+        dra_without_resource_handles: false,
+        then_decode_data: Some((
+            "allocation-data-1.33",
+            "failed to get pod resource information",
+        )),
     }],
 };

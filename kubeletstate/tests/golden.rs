@@ -57,8 +57,8 @@ fn every_golden_case_gets_the_go_verdict_and_checksum() {
     let cases = cases();
     assert_eq!(
         cases.len(),
-        22,
-        "fixtures/checkpoints has the 22 generated cases"
+        25,
+        "fixtures/checkpoints has the 25 generated cases"
     );
     let mut checked = 0;
     for (case, bytes) in &cases {
@@ -86,7 +86,7 @@ fn every_golden_case_gets_the_go_verdict_and_checksum() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 46);
+    assert_eq!(checked, 49);
 }
 
 /// The version pairs the upstream reports name, as the golden data decides them.
@@ -131,6 +131,12 @@ fn the_upstream_pairs_are_decided_as_reported() {
     // 1.33 reads another file.
     assert!(matches!(
         verdict_of("status-1.31-resized", "1.33"),
+        Verdict::NotRead { .. }
+    ));
+    // From 1.33 the allocation manager's own files: read by 1.33+, not by 1.32.
+    assert_eq!(verdict_of("allocated-1.33", "1.36"), Verdict::Accepted);
+    assert!(matches!(
+        verdict_of("allocated-1.33", "1.32"),
         Verdict::NotRead { .. }
     ));
     // #86676 / #86689: 1.17 -> 1.18 fine, 1.18 -> 1.17 not.

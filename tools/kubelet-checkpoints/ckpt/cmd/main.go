@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	alloc133 "rehash/ckpt/alloc133/state"
 	"rehash/ckpt/checksum"
 	cpu117 "rehash/ckpt/cpu117/state"
 	cpu120 "rehash/ckpt/cpu120/state"
@@ -54,11 +55,12 @@ func cs(f func([]byte) (checksum.Checksum, error)) func([]byte) (uint64, error) 
 }
 
 var (
-	draReaders    = []reader{{"1.30", cs(dra130.Read)}, {"1.31", dra131.Read}}
-	statusReaders = []reader{{"1.31", cs(status131.Read)}, {"1.32", cs(status132.Read)}}
-	cpuReaders    = []reader{{"1.17", cs(cpu117.Read)}, {"1.18", cs(cpu120.Read)}}
-	memoryReaders = []reader{{"1.21", cs(mem121.Read)}}
-	deviceReaders = []reader{{"1.19", cs(dev119.Read)}, {"1.20", cs(dev120.Read)}, {"1.23", cs(dev120.ReadWithV1Fallback)}}
+	draReaders        = []reader{{"1.30", cs(dra130.Read)}, {"1.31", dra131.Read}}
+	statusReaders     = []reader{{"1.31", cs(status131.Read)}, {"1.32", cs(status132.Read)}}
+	cpuReaders        = []reader{{"1.17", cs(cpu117.Read)}, {"1.18", cs(cpu120.Read)}}
+	allocationReaders = []reader{{"1.33", cs(alloc133.Read)}}
+	memoryReaders     = []reader{{"1.21", cs(mem121.Read)}}
+	deviceReaders     = []reader{{"1.19", cs(dev119.Read)}, {"1.20", cs(dev120.Read)}, {"1.23", cs(dev120.ReadWithV1Fallback)}}
 )
 
 func must[T any](v T, err error) T {
@@ -296,6 +298,18 @@ func edited(base func() []byte, edits ...[2]string) func() []byte {
 	}
 }
 
+func allocated133() []byte {
+	cp := must(alloc133.NewCheckpoint(&alloc133.PodResourceCheckpointInfo{Entries: alloc133.PodResourceInfoMap{
+		"a6f5e0f2-1d7c-4c38-8d0e-7d3f1e2b9c44": {ContainerResources: map[string]v1.ResourceRequirements{
+			"app": {
+				Requests: resources(`{"cpu":"500m","memory":"1Gi"}`),
+				Limits:   resources(`{"memory":"2Gi"}`),
+			},
+		}},
+	}}))
+	return must(json.Marshal(cp))
+}
+
 func main() {
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: kubelet-checkpoints OUTDIR")
@@ -337,6 +351,16 @@ func main() {
 		{"cpu-1.17-static", "cpu_manager_state", "1.17", cpu117Static, cpuReaders},
 		{"cpu-1.18-static", "cpu_manager_state", "1.18", cpu118Static, cpuReaders},
 		{"cpu-1.18-none", "cpu_manager_state", "1.18", cpu118None, cpuReaders},
+		{"allocated-1.33", "allocated_pods_state", "1.33", allocated133, allocationReaders},
+		// Data that is not the allocation JSON fails after the checksum matched.
+		{"allocated-1.33-data-not-json", "allocated_pods_state", "1.33", func() []byte {
+			cp := &alloc133.Checkpoint{Data: "not json"}
+			cp.Checksum = checksum.New(cp.Data)
+			return must(json.Marshal(cp))
+		}, allocationReaders},
+		{"actuated-1.33-empty", "actuated_pods_state", "1.33", func() []byte {
+			return must(json.Marshal(must(alloc133.NewCheckpoint(&alloc133.PodResourceCheckpointInfo{}))))
+		}, allocationReaders},
 		{"memory-1.21-static", "memory_manager_state", "1.21", memory121Static, memoryReaders},
 		{"memory-1.21-none", "memory_manager_state", "1.21", memory121None, memoryReaders},
 		{"device-1.19", "device-plugins/kubelet_internal_checkpoint", "1.19", device119, deviceReaders},

@@ -6,6 +6,7 @@ package state
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"rehash/ckpt/checksum"
 	v1 "rehash/ckpt/v1"
@@ -44,5 +45,13 @@ func Read(blob []byte) (checksum.Checksum, error) {
 		return 0, err
 	}
 	computed := checksum.New(cp.Data)
-	return computed, cp.Checksum.Verify(cp.Data)
+	if err := cp.Checksum.Verify(cp.Data); err != nil {
+		return computed, err
+	}
+	// restoreState's GetPodResourceAllocationInfo.
+	var data PodResourceAllocationInfo
+	if err := json.Unmarshal([]byte(cp.Data), &data); err != nil {
+		return computed, fmt.Errorf("failed to get pod resource allocation info: %w", err)
+	}
+	return computed, nil
 }
