@@ -113,17 +113,30 @@ impl CheckpointKind {
         }
     }
 
-    /// When the target kubelet reads the file at all.
-    fn condition(self) -> Option<&'static str> {
+    /// When the target kubelet reads the file at all (its feature gate and that gate's
+    /// default in the target version).
+    fn condition(self, target: KubeletVersion) -> Option<&'static str> {
+        let minor = target.minor();
         match self {
-            CheckpointKind::DraManager => {
-                Some("read only with the DynamicResourceAllocation feature gate enabled")
+            CheckpointKind::DraManager if minor >= 34 => Some(
+                "read unless the DynamicResourceAllocation feature gate is disabled (GA, on by default from v1.34)",
+            ),
+            CheckpointKind::DraManager => Some(
+                "read only with the DynamicResourceAllocation feature gate enabled (off by default before v1.34)",
+            ),
+            CheckpointKind::PodStatusManager
+            | CheckpointKind::AllocatedPods
+            | CheckpointKind::ActuatedPods
+                if minor >= 33 =>
+            {
+                Some(
+                    "read unless the InPlacePodVerticalScaling feature gate is disabled (on by default from v1.33)",
+                )
             }
-            CheckpointKind::PodStatusManager => {
-                Some("read only with the InPlacePodVerticalScaling feature gate enabled")
-            }
-            CheckpointKind::AllocatedPods | CheckpointKind::ActuatedPods => Some(
-                "read only with the InPlacePodVerticalScaling feature gate enabled (the default from v1.33)",
+            CheckpointKind::PodStatusManager
+            | CheckpointKind::AllocatedPods
+            | CheckpointKind::ActuatedPods => Some(
+                "read only with the InPlacePodVerticalScaling feature gate enabled (off by default before v1.33)",
             ),
             CheckpointKind::CpuManager
             | CheckpointKind::MemoryManager
@@ -412,7 +425,7 @@ pub fn check_bytes(
         format,
         verdict: judgement.verdict,
         severity,
-        condition: kind.condition(),
+        condition: kind.condition(target),
         source: judgement.source,
         reference: kind.reference(),
         remedy,
