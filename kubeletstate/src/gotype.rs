@@ -159,7 +159,19 @@ impl Layout {
     pub fn from_json(text: &str) -> Result<Layout, String> {
         let layout: Layout = serde_json::from_str(text).map_err(|e| e.to_string())?;
         layout.check(&layout.root)?;
-        for ty in layout.types.values() {
+        for (name, ty) in &layout.types {
+            // An opaque type's zero value has a text this data cannot give: only a nil pointer
+            // to one can be printed.
+            let opaque = |t: &String| matches!(layout.types.get(t), Some(GoType::Opaque));
+            let direct_opaque = match ty {
+                GoType::Slice { elem } => opaque(elem),
+                GoType::Map { elem, .. } => opaque(elem),
+                GoType::Struct { fields } => fields.iter().any(|f| opaque(&f.ty)),
+                _ => false,
+            };
+            if direct_opaque || opaque(&layout.root) {
+                return Err(format!("{name}: an opaque type may only be pointed to"));
+            }
             let refs: Vec<&String> = match ty {
                 GoType::Slice { elem } | GoType::Ptr { elem } => vec![elem],
                 GoType::Map { key, elem } => vec![key, elem],
@@ -449,8 +461,9 @@ impl Layout {
                 out.push('}');
             }
             (GoType::Quantity, Val::Quantity(q)) => out.push_str(&q.go_spew()),
-            (GoType::Opaque, Val::Opaque) => out.push_str("{}"),
-            _ => unreachable!("decoded values match their types"),
+            _ => unreachable!(
+                "decoded values match their types; opaque values sit behind nil pointers"
+            ),
         }
     }
 }
@@ -567,4 +580,81 @@ pub fn crc32_ieee(data: &[u8]) -> u32 {
         }
     }
     !crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_match_their_reference_vectors() {
+        assert_eq!(fnv32a(b""), 0x811c_9dc5);
+        assert_eq!(fnv32a(b"a"), 0xe40c_292c);
+        assert_eq!(crc32_ieee(b"123456789"), 0xcbf4_3926);
+        assert_eq!(crc32_ieee(b""), 0);
+    }
+
+    #[test]
+    fn integers_parse_as_strconv_does() {
+        assert_eq!(parse_uint("4294967295", 32), Some(u32::MAX as u64));
+        assert_eq!(parse_uint("4294967296", 32), None);
+        assert_eq!(parse_uint("-1", 64), None);
+        assert_eq!(parse_uint("1.0", 64), None);
+        assert_eq!(parse_uint("1e3", 64), None);
+        assert_eq!(parse_int("-9223372036854775808", 64), Some(i64::MIN));
+        assert_eq!(parse_int("9223372036854775808", 64), None);
+        assert_eq!(parse_int("-", 64), None);
+    }
+
+    #[test]
+    fn base64_is_std_with_padding_and_line_breaks_skipped() {
+        assert_eq!(base64_std("aGk=").as_deref(), Some(&b"hi"[..]));
+        assert_eq!(base64_std("aG\r\nk=").as_deref(), Some(&b"hi"[..]));
+        assert_eq!(base64_std("aGk"), None);
+        assert_eq!(base64_std("a=Gk"), None);
+        assert_eq!(base64_std("aGk=aGk="), None);
+        assert_eq!(base64_std("aG-="), None);
+        assert_eq!(base64_std("").as_deref(), Some(&b""[..]));
+    }
+
+    #[test]
+    fn member_names_fold_like_encoding_json() {
+        assert!(go_equal_fold("checksum", "CHECKSUM"));
+        assert!(go_equal_fold("checksum", "chec\u{212A}sum"));
+        assert!(go_equal_fold("checksum", "check\u{17F}um"));
+        assert!(!go_equal_fold("checksum", "checksums"));
+        assert!(!go_equal_fold("checksum", "chec\u{212B}sum"));
+    }
+
+    #[test]
+    fn layouts_refuse_undefined_and_printable_opaque_types() {
+        let undefined = r#"{"source": "", "root": "T", "types": {"T": {"kind": "struct", "fields": [{"name": "A", "type": "U"}]}}}"#;
+        assert!(Layout::from_json(undefined)
+            .unwrap_err()
+            .contains("U is not defined"));
+        let opaque = r#"{"source": "", "root": "T", "types": {"T": {"kind": "struct", "fields": [{"name": "A", "type": "O"}]}, "O": {"kind": "opaque"}}}"#;
+        assert!(Layout::from_json(opaque).unwrap_err().contains("opaque"));
+    }
+
+    #[test]
+    fn spew_prints_pointers_by_position() {
+        let layout = Layout::from_json(
+            r#"{"source": "", "root": "T", "types": {
+                "T": {"kind": "struct", "fields": [{"name": "P", "type": "*S"}, {"name": "L", "type": "[]*S"}]},
+                "*S": {"kind": "ptr", "elem": "S"},
+                "[]*S": {"kind": "slice", "elem": "*S"},
+                "S": {"kind": "struct", "fields": [{"name": "N", "type": "int"}]},
+                "int": {"kind": "int", "bits": 64}}}"#,
+        )
+        .unwrap();
+        let node = hashcompat::parse_json(br#"{"P": {"N": 1}, "L": [{"N": 2}, null]}"#).unwrap();
+        let v = layout.decode(&node).unwrap();
+        assert_eq!(
+            layout.spew_ptr("T", &v),
+            "(*T){P:(*S){N:(int)1} L:([]*S)[<*>{N:(int)2} <nil>]}"
+        );
+        let node = hashcompat::parse_json(br#"{}"#).unwrap();
+        let v = layout.decode(&node).unwrap();
+        assert_eq!(layout.spew_ptr("T", &v), "(*T){P:(*S)<nil> L:([]*S)<nil>}");
+    }
 }
