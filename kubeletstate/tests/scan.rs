@@ -18,7 +18,8 @@ fn v(s: &str) -> KubeletVersion {
     s.parse().unwrap()
 }
 
-/// A kubelet 1.30 node's directory: DRA, pod status, CPU and device checkpoints.
+/// A kubelet directory as 1.30 leaves it: DRA, pod status (the 1.27-1.31 format), CPU and
+/// device checkpoints, the golden files themselves.
 fn node_1_30() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let put = |rel: &str, bytes: Vec<u8>| {
