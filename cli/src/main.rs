@@ -94,6 +94,11 @@ enum Command {
         /// Plan only; same as `plan`.
         #[arg(long)]
         dry_run: bool,
+        /// Move every kubelet checkpoint the target kubelet would reject (hazard
+        /// checkpoint-rejected) into the backup so it starts without it; `rollback` puts them
+        /// back. Without this flag such a plan is refused (exit 3).
+        #[arg(long)]
+        set_aside_checkpoints: bool,
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
@@ -224,6 +229,9 @@ struct PlanFlags {
     node: NodeFlags,
 }
 
+/// The kubelet's default --root-dir.
+const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+
 /// What the plan reads from the node besides the store and the pods file.
 #[derive(Args, Clone, Default)]
 struct NodeFlags {
@@ -232,6 +240,11 @@ struct NodeFlags {
     /// version). Default /etc/kubernetes/manifests, read when it exists.
     #[arg(long, value_name = "DIR")]
     manifests: Option<PathBuf>,
+    /// The kubelet's root directory (its --root-dir), whose checkpoint files (CPU, memory,
+    /// device, DRA managers, pod status / allocation state) the target kubelet must accept.
+    /// Default /var/lib/kubelet, read when it exists.
+    #[arg(long, value_name = "DIR")]
+    kubelet_dir: Option<PathBuf>,
 }
 
 impl NodeFlags {
@@ -249,7 +262,14 @@ impl NodeFlags {
             .map(|d| StaticManifests::read(&d))
             .transpose()
             .map_err(|e| Failure::usage(e.to_string()))?;
-        Ok(NodeFiles { manifests })
+        let kubelet_dir = self.kubelet_dir.clone().or_else(|| {
+            let d = Path::new(DEFAULT_KUBELET_DIR);
+            d.is_dir().then(|| d.to_path_buf())
+        });
+        Ok(NodeFiles {
+            manifests,
+            kubelet_dir,
+        })
     }
 }
 
@@ -390,6 +410,7 @@ fn write_report(path: &Path, plan: &Plan) -> Result<(), Failure> {
 fn cmd_patch(
     flags: &PlanFlags,
     backup_dir: Option<PathBuf>,
+    set_aside_checkpoints: bool,
     report: Option<&Path>,
     dry_run: bool,
     output: Output,
@@ -406,9 +427,10 @@ fn cmd_patch(
         render::plan(&plan, output, out).map_err(Failure::output)?;
         return Ok(plan_exit(&plan));
     }
-    let backup = rehash::BackupOptions {
-        dir: backup_dir.unwrap_or_else(|| rehash::default_backup_dir(store.kind())),
-    };
+    let mut backup = rehash::BackupOptions::new(
+        backup_dir.unwrap_or_else(|| rehash::default_backup_dir(store.kind())),
+    );
+    backup.set_aside_checkpoints = set_aside_checkpoints;
     let progress = spinner::Stderr::default();
     let done = match rehash::patch(&plan, store.as_ref(), &backup, &progress) {
         Ok(done) => done,
@@ -438,6 +460,12 @@ fn cmd_patch(
             done.already,
             dir.display()
         );
+        for f in &done.set_aside {
+            eprintln!(
+                "kubelet-rehash: set aside {} into the backup (the target kubelet rejects it; rollback puts it back)",
+                f.display()
+            );
+        }
     }
     if let Some(path) = report {
         write_report(path, &done.report)?;
@@ -613,10 +641,12 @@ fn main() -> ExitCode {
             backup_dir,
             report,
             dry_run,
+            set_aside_checkpoints,
             output,
         } => cmd_patch(
             plan,
             backup_dir.clone(),
+            *set_aside_checkpoints,
             report.as_deref(),
             *dry_run,
             *output,

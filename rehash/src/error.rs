@@ -24,6 +24,11 @@ pub enum Error {
     #[error(transparent)]
     Pods(#[from] crate::pods::PodsError),
 
+    /// A kubelet checkpoint file cannot be judged (not JSON, unknown shape, a symlink, …):
+    /// exit 2, nothing read as a guess.
+    #[error("kubelet checkpoint: {0}")]
+    Checkpoint(String),
+
     /// The pods file is not this node's (exit 3: refused, nothing read as a guess).
     #[error("pods file: {0}")]
     ForeignPods(String),
@@ -118,6 +123,7 @@ impl Error {
     pub fn class(&self) -> ErrorClass {
         match self {
             Error::Pods(_)
+            | Error::Checkpoint(_)
             | Error::Detect(_)
             | Error::Report { .. }
             | Error::NothingToVerify(_)

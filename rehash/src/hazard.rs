@@ -126,3 +126,55 @@ pub(crate) fn version_hazards(
     }
     w
 }
+
+/// The hazards of the kubelet's checkpoint files for the kubelet `to` (kubeletstate decides,
+/// computing each file's checksum as that version does).
+pub(crate) fn checkpoint_hazards(
+    findings: &[kubeletstate::Finding],
+    to: KubeletVersion,
+) -> Vec<Hazard> {
+    use kubeletstate::{Severity as S, Verdict};
+    let mut out = Vec::new();
+    for f in findings {
+        let file = f.path.display().to_string();
+        let (code, severity, what) = match (&f.verdict, f.severity) {
+            (Verdict::Rejected { reason }, S::Block) => (
+                "checkpoint-rejected",
+                Severity::Block,
+                format!("kubelet {to} rejects {file} ({reason}) and will not start: the node goes NotReady and its pods are evicted"),
+            ),
+            (Verdict::Rejected { reason }, _) => (
+                "checkpoint-state-lost",
+                Severity::Warn,
+                format!("kubelet {to} rejects {file} ({reason}) and starts without the state it holds"),
+            ),
+            (Verdict::Undetermined { reason }, _) => (
+                "checkpoint-undetermined",
+                Severity::Warn,
+                format!("cannot tell whether kubelet {to} accepts {file}: {reason}"),
+            ),
+            (Verdict::Accepted | Verdict::NotRead { .. }, _) => continue,
+        };
+        let remedy = if f.remedy.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", f.remedy)
+        };
+        let set_aside = if severity == Severity::Block {
+            " (`patch --set-aside-checkpoints` moves it into the backup; `rollback` puts it back)"
+        } else {
+            ""
+        };
+        let mut h = Hazard {
+            code: code.to_string(),
+            severity,
+            message: format!("{what}{remedy}{set_aside}"),
+            files: vec![file],
+            containers: Vec::new(),
+            reference: None,
+        };
+        h = h.reference(f.reference);
+        out.push(h);
+    }
+    out
+}

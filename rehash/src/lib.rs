@@ -38,7 +38,7 @@
 //! let plan = Plan::build(&pods, store.as_ref(), From::Auto, to)?;
 //! assert!(plan.summary.would_restart_without_rewrite > plan.summary.would_restart_after_rewrite);
 //!
-//! let backup = BackupOptions { dir: tmp.path().join("backup") };
+//! let backup = BackupOptions::new(tmp.path().join("backup"));
 //! let done = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent)?;
 //! assert_eq!(done.changed, plan.rewrites().len());
 //!

@@ -67,6 +67,9 @@ pub struct NodeFiles {
     /// The static pod manifests (the kubelet's `staticPodPath`), which tell a pinned UID from
     /// a derived one.
     pub manifests: Option<StaticManifests>,
+    /// The kubelet's root directory (`--root-dir`, `/var/lib/kubelet`), whose checkpoint files
+    /// the target kubelet must accept.
+    pub kubelet_dir: Option<std::path::PathBuf>,
 }
 
 /// One line of the plan (the JSON report's `records[]`; a stable contract, see docs/report.md).
@@ -270,6 +273,13 @@ impl Plan {
         node: &NodeFiles,
     ) -> Result<Plan, Error> {
         let t0 = std::time::Instant::now();
+        // Checkpoints first: a file we cannot judge stops the plan before the store is read.
+        let checkpoints = match &node.kubelet_dir {
+            Some(dir) => {
+                kubeletstate::scan_dir(dir, to).map_err(|e| Error::Checkpoint(e.to_string()))?
+            }
+            None => Vec::new(),
+        };
         let scan = store.scan()?;
         let scan_ms = t0.elapsed().as_secs_f64() * 1e3;
         let mut plan = make_plan(&PlanInput {
@@ -281,6 +291,10 @@ impl Plan {
             to,
             manifests: node.manifests.as_ref(),
         })?;
+        for h in crate::hazard::checkpoint_hazards(&checkpoints, to) {
+            plan.warnings.push(h.message.clone());
+            plan.hazards.push(h);
+        }
         plan.endpoint = Some(store.endpoint());
         plan.timings.scan_ms = scan_ms;
         plan.timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;

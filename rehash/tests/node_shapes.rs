@@ -26,9 +26,7 @@ fn patch_to(n: &Node, pods: &[u8], from: From, to: &str, backup: &str) -> Plan {
     rehash::patch(
         &plan,
         store.as_ref(),
-        &BackupOptions {
-            dir: n.tmp.path().join(backup),
-        },
+        &BackupOptions::new(n.tmp.path().join(backup)),
         &rehash::Silent,
     )
     .expect("patch");
@@ -193,6 +191,7 @@ fn manifests(n: &Node, pods: &Value, i: usize, name: &str, uid: Option<&str>) ->
     .unwrap();
     NodeFiles {
         manifests: Some(StaticManifests::read(&dir).unwrap()),
+        ..NodeFiles::default()
     }
 }
 
@@ -400,9 +399,7 @@ fn a_container_resized_in_place_is_proven_by_hash_without_resources_and_rewritte
     let done = rehash::patch(
         &plan,
         store.as_ref(),
-        &BackupOptions {
-            dir: n.tmp.path().join("bk"),
-        },
+        &BackupOptions::new(n.tmp.path().join("bk")),
         &rehash::Silent,
     )
     .unwrap();
@@ -534,4 +531,227 @@ fn another_nodes_pods_file_is_refused_with_the_node_names() {
         p["spec"].as_object_mut().unwrap().remove("nodeName");
     }
     plan_with(&n, &bare, "1.31", &NodeFiles::default());
+}
+
+// ---- kubelet checkpoints --------------------------------------------------------------------
+
+/// A kubelet dir holding the checkpoint files of a case under fixtures/checkpoints (written
+/// by real Go code of the kubelet's checkpoint structs, tools/kubelet-checkpoints).
+fn kubelet_dir(n: &Node, cases: &[&str]) -> std::path::PathBuf {
+    let dir = n.tmp.path().join("var-lib-kubelet");
+    std::fs::create_dir_all(&dir).unwrap();
+    for case in cases {
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!(
+                "{}/.",
+                common::fixtures().join("checkpoints").join(case).display()
+            ))
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let _ = std::fs::remove_file(dir.join("verdicts.json"));
+    }
+    dir
+}
+
+fn with_kubelet_dir(dir: &std::path::Path) -> NodeFiles {
+    NodeFiles {
+        kubelet_dir: Some(dir.to_path_buf()),
+        ..NodeFiles::default()
+    }
+}
+
+#[test]
+fn a_rejected_checkpoint_blocks_the_patch_until_it_is_set_aside_and_rollback_restores_it() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    let kd = kubelet_dir(&n, &["dra-1.30-claim"]);
+    let dra = kd.join("dra_manager_state");
+    let dra_bytes = std::fs::read(&dra).unwrap();
+    let plan = plan_with(&n, &pods, "1.31", &with_kubelet_dir(&kd));
+    let h = plan
+        .hazards
+        .iter()
+        .find(|h| h.code == "checkpoint-rejected")
+        .expect("kubelet 1.31 rejects a 1.30 dra_manager_state");
+    assert_eq!(h.severity, rehash::Severity::Block);
+    assert_eq!(h.files, vec![dra.display().to_string()]);
+    assert!(
+        h.reference.as_deref().is_some_and(|r| r.contains("127653")),
+        "names the upstream issue: {h:?}"
+    );
+    assert!(h.message.contains("1.31"), "{}", h.message);
+
+    // Without the flag: refused, exit 3, nothing written anywhere.
+    let before = snapshot(&n.dir);
+    let store = n.location.open().unwrap();
+    let e = rehash::patch(
+        &plan,
+        store.as_ref(),
+        &BackupOptions::new(n.tmp.path().join("bk-refused")),
+        &rehash::Silent,
+    )
+    .unwrap_err();
+    assert!(matches!(e, rehash::Error::Blocked(_)), "{e}");
+    assert_eq!(e.class(), rehash::ErrorClass::Refused);
+    assert!(e.to_string().contains("checkpoint-rejected"), "{e}");
+    assert!(
+        snapshot(&n.dir) == before,
+        "a refused patch changed the store"
+    );
+    assert_eq!(std::fs::read(&dra).unwrap(), dra_bytes);
+    assert!(!n.tmp.path().join("bk-refused/manifest.json").exists());
+
+    // With it: set aside into the backup (a manifest entry like every other copy).
+    let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+    opts.set_aside_checkpoints = true;
+    let done = rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent).unwrap();
+    assert_eq!(done.set_aside, vec![dra.clone()]);
+    assert!(
+        !dra.exists(),
+        "the rejected checkpoint is out of the kubelet's way"
+    );
+    let manifest = storepatch::backup::read_manifest(&opts.dir).unwrap();
+    assert!(
+        manifest.entries.iter().any(|e| e.path == dra
+            && e.set_aside
+            && e.sha256_original == storepatch::backup::sha256_hex(&dra_bytes)),
+        "the manifest records the set-aside file with its sha256"
+    );
+    // The plan after the patch has nothing left to block on.
+    let again = plan_with(&n, &pods, "1.31", &with_kubelet_dir(&kd));
+    assert!(again
+        .hazards
+        .iter()
+        .all(|h| h.severity != rehash::Severity::Block));
+
+    rehash::rollback(&opts.dir, &n.location, false).unwrap();
+    assert_eq!(
+        std::fs::read(&dra).unwrap(),
+        dra_bytes,
+        "rollback puts the checkpoint back byte for byte"
+    );
+    assert!(snapshot(&n.dir) == before, "and the store too");
+}
+
+#[test]
+fn a_value_rollback_puts_set_aside_checkpoints_back_too() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    let kd = kubelet_dir(&n, &["dra-1.30-claim"]);
+    let dra = kd.join("dra_manager_state");
+    let dra_bytes = std::fs::read(&dra).unwrap();
+    let plan = plan_with(&n, &pods, "1.31", &with_kubelet_dir(&kd));
+    let store = n.location.open().unwrap();
+    let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+    opts.set_aside_checkpoints = true;
+    rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent).unwrap();
+    assert!(!dra.exists());
+    rehash::rollback_values(&opts.dir, store.as_ref()).unwrap();
+    assert_eq!(std::fs::read(&dra).unwrap(), dra_bytes);
+}
+
+#[test]
+fn checkpoint_verdicts_follow_the_version_pair() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    // Accepted: a 1.30 DRA checkpoint under a 1.30 target (no hazard); rejected by 1.31; a
+    // 1.31 one rejected by a downgrade to 1.30 after an upgrade.
+    let kd = kubelet_dir(&n, &["dra-1.30-claim"]);
+    let codes = |p: &Plan| p.hazards.iter().map(|h| h.code.clone()).collect::<Vec<_>>();
+    let same = plan_with(&n, &pods, "1.30", &with_kubelet_dir(&kd));
+    assert!(
+        !codes(&same).iter().any(|c| c.starts_with("checkpoint")),
+        "{:?}",
+        same.warnings
+    );
+    std::fs::remove_dir_all(&kd).unwrap();
+    let kd = kubelet_dir(&n, &["dra-1.31-claim"]);
+    patch_to(
+        &n,
+        &serde_json::to_vec(&pods).unwrap(),
+        From::Auto,
+        "1.31",
+        "bk-up",
+    );
+    let down = plan_with(&n, &pods, "1.30", &with_kubelet_dir(&kd));
+    assert!(
+        codes(&down).contains(&"checkpoint-rejected".to_string()),
+        "kubelet 1.30 rejects a 1.31 dra_manager_state: {:?}",
+        down.warnings
+    );
+
+    // A device-manager checkpoint of 1.19 under 1.20: rejected but the kubelet runs on (warn).
+    let d = node("docker-20.10");
+    let kd = kubelet_dir(&d, &["device-1.19", "cpu-1.17-static"]);
+    let plan = plan_with(&d, &pods_of(&d), "1.20", &with_kubelet_dir(&kd));
+    let dev = plan
+        .hazards
+        .iter()
+        .find(|h| h.code == "checkpoint-state-lost")
+        .expect("1.20 drops a 1.19 device checkpoint");
+    assert_eq!(dev.severity, rehash::Severity::Warn);
+    assert!(
+        !codes(&plan).contains(&"checkpoint-rejected".to_string()),
+        "1.20 accepts a 1.17 cpu_manager_state: {:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn bad_checkpoint_files_are_clear_errors_and_change_nothing() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    let before = snapshot(&n.dir);
+    let kd = n.tmp.path().join("kubelet");
+    std::fs::create_dir(&kd).unwrap();
+    let store = n.location.open().unwrap();
+    let try_plan = || {
+        Plan::build_with(
+            &serde_json::to_vec(&pods).unwrap(),
+            store.as_ref(),
+            From::Auto,
+            "1.31".parse().unwrap(),
+            &with_kubelet_dir(&kd),
+        )
+    };
+    for (what, setup) in [
+        (
+            "not JSON",
+            &(|p: &std::path::Path| std::fs::write(p, b"\x00garbage").unwrap())
+                as &dyn Fn(&std::path::Path),
+        ),
+        ("unknown shape", &|p: &std::path::Path| {
+            std::fs::write(p, br#"{"what": 1}"#).unwrap()
+        }),
+        ("a symlink", &|p: &std::path::Path| {
+            std::os::unix::fs::symlink("/etc/hostname", p).unwrap()
+        }),
+    ] {
+        let f = kd.join("cpu_manager_state");
+        let _ = std::fs::remove_file(&f);
+        setup(&f);
+        let e = try_plan().unwrap_err();
+        assert!(matches!(e, rehash::Error::Checkpoint(_)), "{what}: {e}");
+        assert_eq!(e.class(), rehash::ErrorClass::Usage, "{what}: exit 2");
+        assert!(
+            e.to_string().contains("cpu_manager_state"),
+            "{what}: names the file: {e}"
+        );
+    }
+    let e = Plan::build_with(
+        &serde_json::to_vec(&pods).unwrap(),
+        store.as_ref(),
+        From::Auto,
+        "1.31".parse().unwrap(),
+        &with_kubelet_dir(&n.tmp.path().join("no-such-dir")),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no-such-dir"), "{e}");
+    assert!(
+        snapshot(&n.dir) == before,
+        "bad checkpoint input changed nothing"
+    );
 }
