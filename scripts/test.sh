@@ -20,9 +20,10 @@ cargo test --workspace --release --no-fail-fast
 
 # The baselines that real Go code can regenerate here are regenerated and compared byte for
 # byte (tools/README.md): the resource.Quantity differential and kubelet 1.20's golden hashes,
-# from Debian's Kubernetes 1.20.2 source.
+# from Debian's Kubernetes 1.20.2 source, and the kubelet checkpoint verdicts.
 tools/quantity-diff/run.sh
 tools/kubelet-1.20-hash/run.sh
+tools/kubelet-checkpoints/run.sh
 
 # The production binary has no crash path: storepatch's `crash-points` feature is on only in
 # test builds, through dev-dependencies (storepatch/src/fault.rs). The test build just left its

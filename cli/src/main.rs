@@ -8,7 +8,8 @@ mod spinner;
 
 use clap::{Args, Parser, Subcommand};
 use hashcompat::KubeletVersion;
-use rehash::{Error, ErrorClass, From, Plan, StoreLocation};
+use rehash::static_pods::StaticManifests;
+use rehash::{Error, ErrorClass, From, NodeFiles, Plan, StoreLocation};
 use render::Output;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -34,7 +35,8 @@ const EXIT_CODES_HELP: &str = "Exit codes:
   0  done / verified
   1  unexpected failure (or, for `hash`, some input could not be hashed)
   2  usage error (bad flags, unknown versions, unreadable pods file)
-  3  refused: runtime running, pre-check failed, store changed since the backup
+  3  refused: runtime running, pre-check failed, a block hazard, another node's
+     pods file, store changed since the backup
   4  finished, but some containers are unproven and will restart (plan/patch),
      or verification failed (verify)";
 
@@ -92,6 +94,11 @@ enum Command {
         /// Plan only; same as `plan`.
         #[arg(long)]
         dry_run: bool,
+        /// Move every kubelet checkpoint the target kubelet would reject (hazard
+        /// checkpoint-rejected) into the backup so it starts without it; `rollback` puts them
+        /// back. Without this flag such a plan is refused (exit 3).
+        #[arg(long)]
+        set_aside_checkpoints: bool,
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
@@ -110,6 +117,8 @@ enum Command {
         from: String,
         #[command(flatten)]
         store: StoreFlags,
+        #[command(flatten)]
+        node: NodeFlags,
         /// Ask the running runtime instead of reading its store: every container the patch
         /// report names as rewritten must report its new hash, run, and keep its pid. Needs
         /// only --report (the report names the runtime, its endpoint and the containers).
@@ -216,6 +225,52 @@ struct PlanFlags {
     from: String,
     #[command(flatten)]
     store: StoreFlags,
+    #[command(flatten)]
+    node: NodeFlags,
+}
+
+/// The kubelet's default --root-dir.
+const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+
+/// What the plan reads from the node besides the store and the pods file.
+#[derive(Args, Clone, Default)]
+struct NodeFlags {
+    /// The kubelet's static pod manifests (its `staticPodPath`): tells a static pod's pinned
+    /// UID (kept by every kubelet) from a derived one (a new pod under another kubelet
+    /// version). Default /etc/kubernetes/manifests, read when it exists.
+    #[arg(long, value_name = "DIR")]
+    manifests: Option<PathBuf>,
+    /// The kubelet's root directory (its --root-dir), whose checkpoint files (CPU, memory,
+    /// device, DRA managers, pod status / allocation state) the target kubelet must accept.
+    /// Default /var/lib/kubelet, read when it exists.
+    #[arg(long, value_name = "DIR")]
+    kubelet_dir: Option<PathBuf>,
+}
+
+impl NodeFlags {
+    /// Reads what the flags name; a default path that is not there is simply not read, a
+    /// path given explicitly must be.
+    fn read(&self) -> Result<NodeFiles, Failure> {
+        let manifests = match &self.manifests {
+            Some(dir) => Some(dir.clone()),
+            None => {
+                let d = Path::new(rehash::static_pods::DEFAULT_MANIFESTS_DIR);
+                d.is_dir().then(|| d.to_path_buf())
+            }
+        };
+        let manifests = manifests
+            .map(|d| StaticManifests::read(&d))
+            .transpose()
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        let kubelet_dir = self.kubelet_dir.clone().or_else(|| {
+            let d = Path::new(DEFAULT_KUBELET_DIR);
+            d.is_dir().then(|| d.to_path_buf())
+        });
+        Ok(NodeFiles {
+            manifests,
+            kubelet_dir,
+        })
+    }
 }
 
 /// A command's "no": a message and its exit code. Every library error becomes one here, in
@@ -313,13 +368,15 @@ fn plan_node(
     to: &str,
     from: &str,
     store: &StoreFlags,
+    node: &NodeFlags,
 ) -> Result<(Box<dyn storepatch::RuntimeStore>, Plan), Failure> {
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
     let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
+    let node = node.read()?;
     let location = store.location()?;
     let store = location.open()?;
-    let plan = Plan::build(&pods, store.as_ref(), from, to)?;
+    let plan = Plan::build_with(&pods, store.as_ref(), from, to, &node)?;
     Ok((store, plan))
 }
 
@@ -332,7 +389,13 @@ fn plan_exit(plan: &Plan) -> u8 {
 }
 
 fn cmd_plan(flags: &PlanFlags, output: Output, out: &mut dyn Write) -> Done {
-    let (_, plan) = plan_node(&flags.pods, &flags.to, &flags.from, &flags.store)?;
+    let (_, plan) = plan_node(
+        &flags.pods,
+        &flags.to,
+        &flags.from,
+        &flags.store,
+        &flags.node,
+    )?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     Ok(plan_exit(&plan))
 }
@@ -347,19 +410,27 @@ fn write_report(path: &Path, plan: &Plan) -> Result<(), Failure> {
 fn cmd_patch(
     flags: &PlanFlags,
     backup_dir: Option<PathBuf>,
+    set_aside_checkpoints: bool,
     report: Option<&Path>,
     dry_run: bool,
     output: Output,
     out: &mut dyn Write,
 ) -> Done {
-    let (store, plan) = plan_node(&flags.pods, &flags.to, &flags.from, &flags.store)?;
+    let (store, plan) = plan_node(
+        &flags.pods,
+        &flags.to,
+        &flags.from,
+        &flags.store,
+        &flags.node,
+    )?;
     if dry_run {
         render::plan(&plan, output, out).map_err(Failure::output)?;
         return Ok(plan_exit(&plan));
     }
-    let backup = rehash::BackupOptions {
-        dir: backup_dir.unwrap_or_else(|| rehash::default_backup_dir(store.kind())),
-    };
+    let mut backup = rehash::BackupOptions::new(
+        backup_dir.unwrap_or_else(|| rehash::default_backup_dir(store.kind())),
+    );
+    backup.set_aside_checkpoints = set_aside_checkpoints;
     let progress = spinner::Stderr::default();
     let done = match rehash::patch(&plan, store.as_ref(), &backup, &progress) {
         Ok(done) => done,
@@ -389,6 +460,12 @@ fn cmd_patch(
             done.already,
             dir.display()
         );
+        for f in &done.set_aside {
+            eprintln!(
+                "kubelet-rehash: set aside {} into the backup (the target kubelet rejects it; rollback puts it back)",
+                f.display()
+            );
+        }
     }
     if let Some(path) = report {
         write_report(path, &done.report)?;
@@ -402,6 +479,7 @@ struct VerifyFlags<'a> {
     to: Option<&'a str>,
     from: &'a str,
     store: &'a StoreFlags,
+    node: &'a NodeFlags,
     live: bool,
     endpoint: Option<&'a str>,
     report: Option<&'a Path>,
@@ -436,7 +514,7 @@ fn cmd_verify(f: &VerifyFlags<'_>, output: Output, out: &mut dyn Write) -> Done 
         f.pods.expect("clap: --pods required without --live"),
         f.to.expect("clap: --to required without --live"),
     );
-    let (_, plan) = plan_node(pods, to, f.from, f.store)?;
+    let (_, plan) = plan_node(pods, to, f.from, f.store, f.node)?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     let v = rehash::verify(&plan);
     if v.ok() {
@@ -563,10 +641,12 @@ fn main() -> ExitCode {
             backup_dir,
             report,
             dry_run,
+            set_aside_checkpoints,
             output,
         } => cmd_patch(
             plan,
             backup_dir.clone(),
+            *set_aside_checkpoints,
             report.as_deref(),
             *dry_run,
             *output,
@@ -577,6 +657,7 @@ fn main() -> ExitCode {
             to,
             from,
             store,
+            node,
             live,
             endpoint,
             report,
@@ -587,6 +668,7 @@ fn main() -> ExitCode {
                 to: to.as_deref(),
                 from,
                 store,
+                node,
                 live: *live,
                 endpoint: endpoint.as_deref(),
                 report: report.as_deref(),

@@ -87,8 +87,12 @@ fn table(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
             r.reason
         )?;
     }
-    for w in &plan.warnings {
-        writeln!(out, "WARNING: {w}")?;
+    for h in &plan.hazards {
+        let level = match h.severity {
+            rehash::Severity::Block => "BLOCKED",
+            rehash::Severity::Warn => "WARNING",
+        };
+        writeln!(out, "{level} [{}]: {}", h.code, h.message)?;
     }
     writeln!(out, "{}", plan.summary.sentence)
 }

@@ -75,7 +75,7 @@ impl Progress for Stderr {
                     );
                 }
             }
-            Event::ReadBackStarted => {}
+            Event::ReadBackStarted | Event::CheckpointsSetAside(_) => {}
         }
     }
 }

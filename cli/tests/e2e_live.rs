@@ -17,7 +17,9 @@
 //! same pid (same process: /proc start time). Then `rollback` while the runtime runs (exit 3),
 //! stop, `rollback`: Docker restores the old labels (dockerd re-serialises config.v2.json
 //! byte-identically), containerd refuses (it committed its own transaction at start) and
-//! nothing changes; start again and check the runtime's view.
+//! nothing changes; start again and check the runtime's view. Finally the way back out of an
+//! upgrade: patch to TO, start, then patch down to FROM (a downgrade), start: every container
+//! reports its original hash with the same pid.
 //!
 //! Needs root, scripts/setup-docker.sh and scripts/setup-containerd.sh. The runtimes run one
 //! after another (one process-wide lock); Drop guards clean up even on failure.
@@ -1041,7 +1043,63 @@ fn flow(rt: &mut dyn Runtime, pods: &[PodDef], ctrs: &[Ctr], from: &str, to: &st
 
     // 9. start again: the runtime reports what the store now holds, same processes
     rt.start();
-    check_live(rt, ctrs, &pids, want, "after the final start");
+    check_live(rt, ctrs, &pids, want, "after the rollback");
+
+    // 10. backing out an upgrade the runtime has already run with: upgrade again (runtime
+    // restarted on it), then downgrade to the node's own kubelet (`--to FROM`, `--from auto`
+    // finds TO): the runtime reports every original hash, the same processes run.
+    let mut through =
+        |step: &str, target: &str, want: &dyn Fn(&Ctr) -> (String, Option<String>)| {
+            rt.stop();
+            alive(rt, &pids, &format!("stopped for the {step}"));
+            let report = t.join(format!("report-{step}.json"));
+            let o = run(
+                step,
+                &args(&[
+                    &[
+                        s("patch"),
+                        s("--pods"),
+                        pods_file.display().to_string(),
+                        s("--to"),
+                        s(target),
+                    ],
+                    &store,
+                    &[
+                        s("--backup-dir"),
+                        t.join(format!("backup-{step}")).display().to_string(),
+                        s("--report"),
+                        report.display().to_string(),
+                    ],
+                ]),
+            );
+            expect_code(&format!("{label}: {step} patch --to {target}"), &o, 4);
+            let rep: Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+            let rewritten = rep["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["action"] == "rewrite")
+                .count();
+            assert_eq!(
+                rewritten, rewrites,
+                "{label}: the {step} rewrites every proven container"
+            );
+            rt.start();
+            let o = run(
+                &format!("verify --live after the {step}"),
+                &[
+                    s("verify"),
+                    s("--live"),
+                    s("--report"),
+                    report.display().to_string(),
+                ],
+            );
+            expect_code(&format!("{label}: verify --live after the {step}"), &o, 0);
+            check_live(rt, ctrs, &pids, want, &format!("after the {step}"));
+        };
+    through("upgrade", to, &patched_values);
+    through("downgrade", from, &stored_values);
+    notes.push(format!("upgrade {from} -> {to} then downgrade -> {from} on the live runtime: same pids, original hashes"));
     notes.push(format!("whole flow {:.1} s", total.elapsed().as_secs_f64()));
     for n in &notes {
         eprintln!("e2e {label}: {n}");

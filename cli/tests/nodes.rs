@@ -574,3 +574,167 @@ fn docker_patch_refuses_without_live_restore() {
     );
     assert_ne!(node.tree(), before, "the patch wrote");
 }
+
+/// The node shapes of the plan-truth rules on the 2,000-container nodes, through the binary:
+/// static pods seen through mirror pods are never orphans, another node's pods file is refused
+/// with exit 3 naming its node, and a patch forward then back (a downgrade) gives the original
+/// store back — every byte on Docker, every value on containerd.
+#[test]
+fn large_nodes_static_pods_foreign_pods_and_downgrade() {
+    for (archive, name, to) in [
+        ("docker-20.10-large.tar.gz", "docker-20.10-large", "1.23"),
+        (
+            "containerd-1.7-large.tar.gz",
+            "containerd-1.7-large",
+            "1.31",
+        ),
+    ] {
+        let node = unpack_large(archive, name);
+        let pods_path = node.dir.join("pods.json");
+        let original_pods = std::fs::read(&pods_path).unwrap();
+        let plan_json = |node: &Node| -> (i32, Value, String) {
+            let (code, out, err) = node.run("plan", &["--to", to, "-o", "json"]);
+            let v = serde_json::from_str(&out).unwrap_or(Value::Null);
+            (code, v, err)
+        };
+        let (code, baseline, err) = plan_json(&node);
+        assert!(code == 0 || code == 4, "{name}: {err}");
+
+        // Every 10th pod shown as the mirror pod of a static pod (pinned uuid-form UIDs).
+        let mut pods: Value = serde_json::from_slice(&original_pods).unwrap();
+        let mut mirrored = std::collections::BTreeSet::new();
+        for (i, p) in pods["items"].as_array_mut().unwrap().iter_mut().enumerate() {
+            if i % 10 == 0 {
+                let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+                p["metadata"]["uid"] = Value::from(format!("f0000000-0000-4000-8000-{i:012}"));
+                let meta = p["metadata"].as_object_mut().unwrap();
+                let ann = meta
+                    .entry("annotations")
+                    .or_insert(Value::Object(Default::default()));
+                ann["kubernetes.io/config.mirror"] = Value::from(uid.clone());
+                mirrored.insert(uid);
+            }
+        }
+        std::fs::write(&pods_path, serde_json::to_vec(&pods).unwrap()).unwrap();
+        let (code, plan, err) = plan_json(&node);
+        assert!(code == 0 || code == 4, "{name}: {err}");
+        let recs = plan["records"].as_array().unwrap();
+        let statics: Vec<&Value> = recs
+            .iter()
+            .filter(|r| mirrored.contains(r["pod_uid"].as_str().unwrap_or("")))
+            .collect();
+        assert!(
+            statics.len() > 100,
+            "{name}: {} static records",
+            statics.len()
+        );
+        for r in &statics {
+            assert_eq!(r["static_pod"], true, "{name}: {r}");
+            assert_ne!(
+                r["action"], "orphan",
+                "{name}: a static pod's container is not orphan: {r}"
+            );
+        }
+        assert_eq!(
+            plan["summary"], baseline["summary"],
+            "{name}: pinned static pods plan like API pods"
+        );
+
+        // Another node's pods file: exit 3, naming that node.
+        for p in pods["items"].as_array_mut().unwrap() {
+            p["spec"]["nodeName"] = Value::from("node-99");
+            let uid = p["metadata"]["uid"].as_str().unwrap().replace('-', "");
+            p["metadata"]["uid"] = Value::from(format!("x{uid}"));
+            if let Some(a) = p["metadata"]["annotations"].as_object_mut() {
+                a.remove("kubernetes.io/config.mirror");
+            }
+        }
+        std::fs::write(&pods_path, serde_json::to_vec(&pods).unwrap()).unwrap();
+        let (code, _, err) = node.run("plan", &["--to", to]);
+        assert_eq!(
+            code, 3,
+            "{name}: another node's pods file is refused: {err}"
+        );
+        assert!(err.contains("node-99"), "{name}: names the node: {err}");
+        std::fs::write(&pods_path, &original_pods).unwrap();
+
+        // Forward, then back to the node's own kubelet.
+        let from = node.expected()["from_kubelet"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let before = node.tree();
+        let stored = |v: &Value| -> BTreeMap<String, Value> {
+            v["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r["id"].as_str().unwrap().to_string(),
+                        serde_json::json!([r["stored_hash"], r["stored_hash_without_resources"]]),
+                    )
+                })
+                .collect()
+        };
+        for (v, bk) in [(to, "bk-up"), (from.as_str(), "bk-down")] {
+            let backup = node.dir.join(bk);
+            let (code, _, err) = node.run(
+                "patch",
+                &["--to", v, "--backup-dir", backup.to_str().unwrap()],
+            );
+            assert!(code == 0 || code == 4, "{name} patch --to {v}: {err}");
+        }
+        let (_, back, _) = {
+            let (code, out, err) = node.run("plan", &["--to", &from, "-o", "json"]);
+            (code, serde_json::from_str::<Value>(&out).unwrap(), err)
+        };
+        assert_eq!(
+            stored(&back),
+            stored(&baseline),
+            "{name}: {from} -> {to} -> {from} gives every stored value back"
+        );
+        if name.starts_with("docker") {
+            let after: BTreeMap<String, String> = node
+                .tree()
+                .into_iter()
+                .filter(|(k, _)| !k.starts_with("bk-"))
+                .collect();
+            assert_eq!(after, before, "{name}: the downgrade gives back every byte");
+        }
+        node.bbolt_check();
+    }
+}
+
+/// `--manifests`: an unreadable directory or an unparsable manifest is a usage error naming
+/// it (exit 2), before anything else is read; a readable one is used.
+#[test]
+fn static_pod_manifests_flag() {
+    let node = small("containerd-1.7");
+    let dir = node.dir.join("manifests");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("etcd.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n  namespace: kube-system\n",
+    )
+    .unwrap();
+    let (code, _, err) = node.run(
+        "plan",
+        &["--to", "1.31", "--manifests", dir.to_str().unwrap()],
+    );
+    assert!(code == 0 || code == 4, "a good manifest dir plans: {err}");
+    std::fs::write(dir.join("kube-scheduler.yaml"), "kind: Pod\nmetadata: [\n").unwrap();
+    let (code, _, err) = node.run(
+        "plan",
+        &["--to", "1.31", "--manifests", dir.to_str().unwrap()],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("kube-scheduler.yaml"), "names the file: {err}");
+    let missing = node.dir.join("no-manifests");
+    let (code, _, err) = node.run(
+        "plan",
+        &["--to", "1.31", "--manifests", missing.to_str().unwrap()],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no-manifests"), "names the dir: {err}");
+}

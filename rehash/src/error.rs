@@ -24,6 +24,19 @@ pub enum Error {
     #[error(transparent)]
     Pods(#[from] crate::pods::PodsError),
 
+    /// A kubelet checkpoint file cannot be judged (not JSON, unknown shape, a symlink, …):
+    /// exit 2, nothing read as a guess.
+    #[error("kubelet checkpoint: {0}")]
+    Checkpoint(String),
+
+    /// The pods file is not this node's (exit 3: refused, nothing read as a guess).
+    #[error("pods file: {0}")]
+    ForeignPods(String),
+
+    /// The plan has `block` hazards the patch was not told how to deal with; nothing written.
+    #[error("refused, nothing written: {}", .0.join("; "))]
+    Blocked(Vec<String>),
+
     /// `From::Auto` found no container whose stored hash any version reproduces.
     #[error("--from auto: no container's stored hash matches any kubelet version 1.8–1.36 for the pod specs given; is this the right pods file for this node? Give --from to see per-container reasons")]
     NothingProven,
@@ -110,11 +123,14 @@ impl Error {
     pub fn class(&self) -> ErrorClass {
         match self {
             Error::Pods(_)
+            | Error::Checkpoint(_)
             | Error::Detect(_)
             | Error::Report { .. }
             | Error::NothingToVerify(_)
             | Error::PlanMismatch { .. } => ErrorClass::Usage,
             Error::NothingProven
+            | Error::Blocked(_)
+            | Error::ForeignPods(_)
             | Error::FromDisagreement { .. }
             | Error::RollbackConflict { .. }
             | Error::ValueRollbackConflict(_) => ErrorClass::Refused,

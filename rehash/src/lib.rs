@@ -38,7 +38,7 @@
 //! let plan = Plan::build(&pods, store.as_ref(), From::Auto, to)?;
 //! assert!(plan.summary.would_restart_without_rewrite > plan.summary.would_restart_after_rewrite);
 //!
-//! let backup = BackupOptions { dir: tmp.path().join("backup") };
+//! let backup = BackupOptions::new(tmp.path().join("backup"));
 //! let done = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent)?;
 //! assert_eq!(done.changed, plan.rewrites().len());
 //!
@@ -54,19 +54,22 @@
 #![deny(missing_docs)]
 
 pub mod error;
+pub mod hazard;
 pub mod node;
 pub mod patch;
 pub mod plan;
 pub mod pods;
 pub mod progress;
 pub mod rollback;
+pub mod static_pods;
 pub mod verify;
 
 pub use error::{Error, ErrorClass};
 pub use hashcompat::{Hash, KubeletVersion as Version};
+pub use hazard::{Hazard, Severity};
 pub use node::{default_backup_dir, StoreLocation};
 pub use patch::{patch, BackupOptions, PatchReport};
-pub use plan::{Action, From, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT};
+pub use plan::{Action, From, NodeFiles, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT};
 pub use progress::{Event, Progress, Silent};
 pub use rollback::{rollback, rollback_values, ValueRollback};
 pub use verify::{verify, verify_live, LiveProblem, LiveVerification, Verification};

@@ -1,6 +1,7 @@
 //! patch: refuse while the runtime runs, pre-check, back up, rewrite, read back.
 
 use crate::error::Error;
+use crate::hazard::Severity;
 use crate::plan::{Plan, Stage};
 use crate::progress::{Event, Progress};
 use std::collections::HashMap;
@@ -8,12 +9,30 @@ use std::path::PathBuf;
 use std::time::Instant;
 use storepatch::{RuntimeStore, StoreRecord};
 
-/// Where the backup goes.
+/// Where the backup goes, and what else the patch may do to the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackupOptions {
     /// Must not exist, or be empty; created 0700.
     pub dir: PathBuf,
+    /// Move every kubelet checkpoint the target kubelet rejects (hazard
+    /// `checkpoint-rejected`) into the backup, so the new kubelet starts without it (it
+    /// rebuilds the state); `rollback` puts the files back byte for byte. Without it such a
+    /// plan is refused.
+    pub set_aside_checkpoints: bool,
 }
+
+impl BackupOptions {
+    /// A backup in `dir`, nothing set aside.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        BackupOptions {
+            dir: dir.into(),
+            set_aside_checkpoints: false,
+        }
+    }
+}
+
+/// The hazard code whose files `set_aside_checkpoints` moves into the backup.
+const REJECTED_CHECKPOINT: &str = "checkpoint-rejected";
 
 /// What [`patch`] did.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +47,8 @@ pub struct PatchReport {
     pub swept_temps: usize,
     /// Where the backup and `report.json` are; `None` when nothing needed rewriting.
     pub backup_dir: Option<PathBuf>,
+    /// Kubelet checkpoint files moved into the backup.
+    pub set_aside: Vec<PathBuf>,
 }
 
 /// Rewrites every hash `plan` proved, on the store it was made from: refuses while the
@@ -57,6 +78,25 @@ pub fn patch(
     let rewrites = plan.rewrites();
     store.ensure_stopped()?;
     store.precheck()?;
+    let set_aside: Vec<PathBuf> = if backup.set_aside_checkpoints {
+        plan.hazards
+            .iter()
+            .filter(|h| h.code == REJECTED_CHECKPOINT)
+            .flat_map(|h| h.files.iter().map(PathBuf::from))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let blocking: Vec<String> = plan
+        .hazards
+        .iter()
+        .filter(|h| h.severity == Severity::Block)
+        .filter(|h| !(backup.set_aside_checkpoints && h.code == REJECTED_CHECKPOINT))
+        .map(|h| format!("[{}] {}", h.code, h.message))
+        .collect();
+    if !blocking.is_empty() {
+        return Err(Error::Blocked(blocking));
+    }
     let swept_temps = store.sweep_stale_temps()?;
     if swept_temps > 0 {
         progress.event(Event::SweptStaleTemps(swept_temps));
@@ -64,7 +104,7 @@ pub fn patch(
     let total = |report: &mut Plan| {
         report.timings.total_ms = plan.timings.total_ms + t0.elapsed().as_secs_f64() * 1e3;
     };
-    if rewrites.is_empty() {
+    if rewrites.is_empty() && set_aside.is_empty() {
         progress.event(Event::NothingToRewrite);
         total(&mut report);
         return Ok(PatchReport {
@@ -73,6 +113,7 @@ pub fn patch(
             already: 0,
             swept_temps,
             backup_dir: None,
+            set_aside,
         });
     }
     let t_apply = Instant::now();
@@ -81,7 +122,27 @@ pub fn patch(
     });
     let mut bk =
         storepatch::backup::Backup::create(&backup.dir, store.kind().name(), store.root())?;
-    let outcome = store.apply(&rewrites, &mut bk)?;
+    // The checkpoints' copies go into the same backup, committed with the store's copies
+    // before the first write; the files are removed only after the store was rewritten.
+    let mut set_aside_bytes = Vec::with_capacity(set_aside.len());
+    for path in &set_aside {
+        let (bytes, meta) = storepatch::atomic::read_regular_nofollow(path)?;
+        bk.save_set_aside(path, &bytes, meta)?;
+        set_aside_bytes.push(bytes);
+    }
+    let outcome = if rewrites.is_empty() {
+        bk.commit()?;
+        storepatch::ApplyOutcome::default()
+    } else {
+        store.apply(&rewrites, &mut bk)?
+    };
+    for (path, bytes) in set_aside.iter().zip(&set_aside_bytes) {
+        remove_set_aside(path, bytes)?;
+    }
+    if !set_aside.is_empty() {
+        bk.finish()?;
+        progress.event(Event::CheckpointsSetAside(set_aside.len()));
+    }
     progress.event(Event::RewriteFinished {
         changed: outcome.changed.len(),
         already: outcome.already.len(),
@@ -123,5 +184,26 @@ pub fn patch(
         already: outcome.already.len(),
         swept_temps,
         backup_dir: Some(backup.dir.clone()),
+        set_aside,
     })
+}
+
+/// Removes a checkpoint whose copy is committed in the backup — only if it still holds the
+/// bytes that were copied (a kubelet started meanwhile may have written another one).
+fn remove_set_aside(path: &std::path::Path, copied: &[u8]) -> Result<(), Error> {
+    let (now, _) = storepatch::atomic::read_regular_nofollow(path)?;
+    if now != copied {
+        return Err(Error::Checkpoint(format!(
+            "{} changed while it was being set aside (is a kubelet running?); it was left in place, the backup holds the earlier copy",
+            path.display()
+        )));
+    }
+    std::fs::remove_file(path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    if let Some(parent) = path.parent() {
+        storepatch::atomic::sync_dir(parent)?;
+    }
+    Ok(())
 }

@@ -8,7 +8,9 @@
 //! right outcome — rewriting would suppress it.
 
 use crate::error::Error;
+use crate::hazard::Hazard;
 use crate::pods::{ContainerState, ContainerType, PodIndex};
+use crate::static_pods::{uid_origin, StaticManifests, UidOrigin};
 use hashcompat::{ContainerHashes, Hash, KubeletVersion, SpecError};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -58,6 +60,18 @@ pub enum Action {
     Undecodable,
 }
 
+/// What the plan reads from the node besides the store and the pods file. Empty (the
+/// default) reads nothing more: the plan then judges static pods by their UID's form alone.
+#[derive(Debug, Clone, Default)]
+pub struct NodeFiles {
+    /// The static pod manifests (the kubelet's `staticPodPath`), which tell a pinned UID from
+    /// a derived one.
+    pub manifests: Option<StaticManifests>,
+    /// The kubelet's root directory (`--root-dir`, `/var/lib/kubelet`), whose checkpoint files
+    /// the target kubelet must accept.
+    pub kubelet_dir: Option<std::path::PathBuf>,
+}
+
 /// One line of the plan (the JSON report's `records[]`; a stable contract, see docs/report.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanRecord {
@@ -103,6 +117,10 @@ pub struct PlanRecord {
     pub would_restart_without_rewrite: bool,
     /// Whether it restarts the container even after the rewrite.
     pub would_restart_after_rewrite: bool,
+    /// The container belongs to a static pod, matched through its mirror pod's
+    /// `kubernetes.io/config.mirror` (absent in the JSON when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub static_pod: bool,
 }
 
 /// The counts an operator decides on.
@@ -178,7 +196,11 @@ pub struct Plan {
     pub records: Vec<PlanRecord>,
     /// The counts.
     pub summary: Summary,
-    /// Hazards outside the hash an operator must know before the window.
+    /// Hazards outside the hash an operator must know before the window, with stable codes
+    /// and severities. Reports written before the field existed read as none.
+    #[serde(default)]
+    pub hazards: Vec<Hazard>,
+    /// The hazards' messages, in the same order (kept for readers of earlier reports).
     pub warnings: Vec<String>,
     /// Where the time went.
     pub timings: Timings,
@@ -217,8 +239,19 @@ impl Plan {
         from: From,
         to: KubeletVersion,
     ) -> Result<Plan, Error> {
+        Plan::build_with(pods, store, from, to, &NodeFiles::default())
+    }
+
+    /// [`Plan::build`] with what else was read from the node ([`NodeFiles`]).
+    pub fn build_with(
+        pods: &[u8],
+        store: &dyn RuntimeStore,
+        from: From,
+        to: KubeletVersion,
+        node: &NodeFiles,
+    ) -> Result<Plan, Error> {
         let pods = PodIndex::parse(pods)?;
-        Plan::from_pods(&pods, store, from, to)
+        Plan::from_pods_with(&pods, store, from, to, node)
     }
 
     /// [`Plan::build`] with pods already parsed.
@@ -228,7 +261,25 @@ impl Plan {
         from: From,
         to: KubeletVersion,
     ) -> Result<Plan, Error> {
+        Plan::from_pods_with(pods, store, from, to, &NodeFiles::default())
+    }
+
+    /// [`Plan::build_with`] with pods already parsed.
+    pub fn from_pods_with(
+        pods: &PodIndex<'_>,
+        store: &dyn RuntimeStore,
+        from: From,
+        to: KubeletVersion,
+        node: &NodeFiles,
+    ) -> Result<Plan, Error> {
         let t0 = std::time::Instant::now();
+        // Checkpoints first: a file we cannot judge stops the plan before the store is read.
+        let checkpoints = match &node.kubelet_dir {
+            Some(dir) => {
+                kubeletstate::scan_dir(dir, to).map_err(|e| Error::Checkpoint(e.to_string()))?
+            }
+            None => Vec::new(),
+        };
         let scan = store.scan()?;
         let scan_ms = t0.elapsed().as_secs_f64() * 1e3;
         let mut plan = make_plan(&PlanInput {
@@ -238,7 +289,12 @@ impl Plan {
             root: store.root().display().to_string(),
             from,
             to,
+            manifests: node.manifests.as_ref(),
         })?;
+        for h in crate::hazard::checkpoint_hazards(&checkpoints, to) {
+            plan.warnings.push(h.message.clone());
+            plan.hazards.push(h);
+        }
         plan.endpoint = Some(store.endpoint());
         plan.timings.scan_ms = scan_ms;
         plan.timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -308,10 +364,66 @@ pub(crate) struct PlanInput<'p, 'a> {
     pub root: String,
     pub from: From,
     pub to: KubeletVersion,
+    pub manifests: Option<&'p StaticManifests>,
+}
+
+/// The pods file must be this node's: when it names nodes, the store's pods must be found on
+/// exactly one of them. A wrong file would otherwise plan every container `orphan` — a silent
+/// all-clear. Returns the hazard for a file that names other nodes too.
+fn check_pods_belong(input: &PlanInput<'_, '_>) -> Result<Option<Hazard>, Error> {
+    let named = input.pods.node_names();
+    if named.is_empty() {
+        return Ok(None);
+    }
+    let store_uids: BTreeSet<&str> = input
+        .scan
+        .records
+        .iter()
+        .filter(|r| matches!(r.kind, RecordKind::Container | RecordKind::Sandbox))
+        .filter_map(|r| r.pod_uid.as_deref())
+        .collect();
+    if store_uids.is_empty() {
+        return Ok(None);
+    }
+    let mut found_on: BTreeMap<&str, usize> = BTreeMap::new();
+    for uid in &store_uids {
+        if let Some(node) = input.pods.pod(uid).and_then(|p| p.node_name.as_deref()) {
+            *found_on.entry(node).or_default() += 1;
+        }
+    }
+    let list = |it: &mut dyn Iterator<Item = &str>| it.collect::<Vec<_>>().join(", ");
+    match found_on.len() {
+        0 => Err(Error::ForeignPods(format!(
+            "none of the store's {} pods is in the pods file, which names node(s) {}: this is another node's pods file (take `kubectl get pods -A --field-selector spec.nodeName=$NODE -o json` for this node)",
+            store_uids.len(),
+            list(&mut named.iter().copied())
+        ))),
+        1 if named.len() == 1 => Ok(None),
+        1 => {
+            let node = *found_on.keys().next().expect("one");
+            Ok(Some(Hazard::warn(
+                "pods-file-multi-node",
+                format!(
+                    "the pods file names {} nodes ({}); the store's pods are on {node}, whose pods alone are used",
+                    named.len(),
+                    list(&mut named.iter().copied())
+                ),
+            )))
+        }
+        _ => Err(Error::ForeignPods(format!(
+            "the store's pods are found on several nodes of the pods file ({}): one store is one node; give this node's pods only",
+            found_on
+                .iter()
+                .map(|(n, c)| format!("{n}: {c} pod(s)"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
 }
 
 pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
     let started = std::time::Instant::now();
+    let pods_hazard = check_pods_belong(input)?;
     let versions = KubeletVersion::all();
     let wanted: Vec<KubeletVersion> = match input.from {
         From::Auto => versions.clone(),
@@ -438,8 +550,15 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
         records.push(plan_record(input, r, hashes_for(r), &at, &matches, from_v));
     }
     let summary = summarize(&records, input.to);
-    let mut warnings = input.scan.warnings.clone();
-    warnings.extend(hazards(input, from_v, &records));
+    let mut hazards: Vec<Hazard> = input.scan.warnings.iter().map(Hazard::from).collect();
+    hazards.extend(crate::hazard::version_hazards(
+        input.runtime,
+        from_v,
+        input.to,
+        &records,
+    ));
+    hazards.extend(pods_hazard);
+    let warnings = hazards.iter().map(|h| h.message.clone()).collect();
     let plan_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(Plan {
         format: REPORT_FORMAT,
@@ -452,6 +571,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
         endpoint: None,
         records,
         summary,
+        hazards,
         warnings,
         timings: Timings {
             hash_ms,
@@ -502,7 +622,59 @@ fn spec_of<'p, 'a>(
     pod.containers.iter().find(|c| c.name == name)
 }
 
+/// [`decide`], then what a static pod adds: a UID the target kubelet derives anew makes the
+/// pod a new one, which restarts its running containers whatever the hashes say.
 fn plan_record(
+    input: &PlanInput<'_, '_>,
+    r: &StoreRecord,
+    hashes: Option<&Hashes>,
+    at: HashesAt<'_>,
+    matches: &dyn Fn(&StoreRecord, &ContainerHashes) -> bool,
+    from: KubeletVersion,
+) -> PlanRecord {
+    let mut p = decide(input, r, hashes, at, matches, from);
+    let Some(uid) = r.pod_uid.as_deref() else {
+        return p;
+    };
+    let Some(pod) = input
+        .pods
+        .pod(uid)
+        .filter(|pod| pod.kubelet_uid.as_deref() == Some(uid))
+    else {
+        return p;
+    };
+    p.static_pod = true;
+    let manifest = match (input.manifests, pod.node_name.as_deref()) {
+        (Some(m), Some(node)) => m.for_mirror(&pod.namespace, &pod.name, node),
+        _ => None,
+    };
+    let origin = uid_origin(manifest, uid);
+    let running = p.state.map_or(r.pid.is_some_and(|x| x > 0), |s| {
+        s == ContainerState::Running
+    });
+    if p.kind == RecordClass::Container
+        && running
+        && origin.changes_across_versions()
+        && from.minor() != input.to.minor()
+    {
+        p.would_restart_without_rewrite = true;
+        p.would_restart_after_rewrite = true;
+        let how = match (origin, manifest) {
+            (UidOrigin::Derived, Some(m)) => {
+                format!("its manifest {} sets no metadata.uid", m.file.display())
+            }
+            _ => "no manifest found and the UID has the derived (md5) form".to_string(),
+        };
+        p.reason = format!(
+            "{}; but static pod with a kubelet-derived UID ({how}): kubelet {} derives another UID from its own Pod type, treats the pod as new and restarts it (pin metadata.uid in the manifest to keep it)",
+            p.reason, input.to
+        );
+    }
+    p
+}
+
+/// What the hashes say about one record.
+fn decide(
     input: &PlanInput<'_, '_>,
     r: &StoreRecord,
     hashes: Option<&Hashes>,
@@ -542,6 +714,7 @@ fn plan_record(
         reason: String::new(),
         would_restart_without_rewrite: false,
         would_restart_after_rewrite: false,
+        static_pod: false,
     };
     match r.kind {
         RecordKind::Sandbox => {
@@ -616,6 +789,17 @@ fn plan_record(
                 input.to
             );
         }
+        // Resized in place (InPlacePodVerticalScaling, 1.27–1.30): the resources in the spec
+        // changed after the container was created, so `hash` no longer matches, but the
+        // kubelet keeps the container because `hashWithoutResources` still does. It is proven
+        // by that, and rewritten to the target's hash of the current spec.
+        Ok(f) if resized_in_place(r, f) => {
+            p.action = Action::Rewrite;
+            p.reason = format!(
+                "resized in place: stored hashWithoutResources proven for kubelet {from} (the resources changed since creation, which that kubelet allows); target {} differs",
+                input.to
+            );
+        }
         Ok(_) => {
             p.action = Action::Unproven;
             p.reason = match r.hash {
@@ -633,6 +817,13 @@ fn plan_record(
         }
     }
     p
+}
+
+fn resized_in_place(r: &StoreRecord, from: &ContainerHashes) -> bool {
+    match (&r.hash_without_resources, from.hash_without_resources) {
+        (Some(stored), Some(w)) => stored.parse::<Hash>().ok() == Some(w),
+        _ => false,
+    }
 }
 
 fn summarize(records: &[PlanRecord], to: KubeletVersion) -> Summary {
@@ -671,6 +862,15 @@ fn summarize(records: &[PlanRecord], to: KubeletVersion) -> Summary {
             "{unproven_restart} unproven: stored hash does not match the current spec"
         ));
     }
+    let new_uid = records
+        .iter()
+        .filter(|r| r.static_pod && r.action != Action::Unproven && r.would_restart_after_rewrite)
+        .count();
+    if new_uid > 0 {
+        reasons.push(format!(
+            "{new_uid} in static pods whose derived UID the target kubelet computes anew"
+        ));
+    }
     let orphans = actions.get(&Action::Orphan).copied().unwrap_or(0);
     if orphans > 0 {
         reasons.push(format!(
@@ -693,28 +893,4 @@ fn summarize(records: &[PlanRecord], to: KubeletVersion) -> Summary {
         would_restart_after_rewrite: after,
         sentence,
     }
-}
-
-/// Known upgrade hazards outside the hash.
-fn hazards(input: &PlanInput<'_, '_>, from: KubeletVersion, records: &[PlanRecord]) -> Vec<String> {
-    let mut w = Vec::new();
-    if input.runtime == RuntimeKind::Docker && input.to.minor() >= 24 {
-        w.push(format!(
-            "kubelet {} has no dockershim (removed in 1.24): this node needs cri-dockerd, which keeps the same Docker labels",
-            input.to
-        ));
-    }
-    if from.minor() < 14 && input.to.minor() >= 14 {
-        w.push("kubelet 1.14 moved container logs to /var/log/pods/<namespace>_<pod>_<uid>/<container>/<n>.log: containers adopted from an older kubelet keep their old log paths (kubectl logs may miss them until they restart)".into());
-    }
-    let undecodable = records
-        .iter()
-        .filter(|r| r.action == Action::Undecodable)
-        .count();
-    if undecodable > 0 {
-        w.push(format!(
-            "{undecodable} store record(s) cannot be decoded; the runtime may drop them on restart and the kubelet start a second copy"
-        ));
-    }
-    w
 }

@@ -4,6 +4,9 @@
 use hashcompat::{parse_json, Node, NodeValue};
 use std::collections::HashMap;
 
+/// The mirror pod's annotation naming the static pod's kubelet UID.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
 /// How the kubelet treats a container (decides whether a changed hash restarts it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -48,8 +51,14 @@ pub struct Pod<'a> {
     pub namespace: String,
     /// `metadata.name`.
     pub name: String,
-    /// `metadata.uid`: what the runtime's labels tie each container to.
+    /// `metadata.uid`: what the runtime's labels tie each container to — except for a mirror
+    /// pod, whose runtime containers carry [`Pod::kubelet_uid`].
     pub uid: String,
+    /// A mirror pod's `kubernetes.io/config.mirror` annotation: the UID the kubelet gave the
+    /// static pod, which its runtime containers carry (crate::static_pods).
+    pub kubelet_uid: Option<String>,
+    /// `spec.nodeName`: which node the API server bound the pod to.
+    pub node_name: Option<String>,
     /// Init, regular and ephemeral containers.
     pub containers: Vec<PodContainer<'a>>,
 }
@@ -140,6 +149,7 @@ impl<'a> PodIndex<'a> {
                 .filter(|s| !s.is_empty())
                 .ok_or_else(|| PodsError(format!("pod {namespace}/{name} has no metadata.uid")))?;
             if index.by_uid.contains_key(uid) {
+                // (also a uid that an earlier mirror pod's annotation claimed)
                 return Err(PodsError(format!(
                     "uid {uid} appears twice (pod {namespace}/{name}); a node's pods have distinct uids"
                 )));
@@ -209,19 +219,46 @@ impl<'a> PodIndex<'a> {
                     }
                 }
             }
+            let kubelet_uid = item
+                .get("metadata")
+                .and_then(|m| m.get("annotations"))
+                .and_then(|a| a.get(MIRROR_ANNOTATION))
+                .and_then(|v| v.as_str())
+                .filter(|s| !s.is_empty() && *s != uid);
+            if let Some(k) = kubelet_uid {
+                if index.by_uid.contains_key(k) {
+                    return Err(PodsError(format!(
+                        "uid {k} (the {MIRROR_ANNOTATION} of pod {namespace}/{name}) appears twice; a node's pods have distinct uids"
+                    )));
+                }
+                index.by_uid.insert(k.to_string(), index.pods.len());
+            }
             index.by_uid.insert(uid.to_string(), index.pods.len());
             index.pods.push(Pod {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
                 uid: uid.to_string(),
+                kubelet_uid: kubelet_uid.map(str::to_string),
+                node_name: str_at(spec, &["nodeName"])
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string),
                 containers,
             });
         }
         Ok(index)
     }
 
-    /// The pod with this uid.
+    /// The pod with this uid: its `metadata.uid`, or for a mirror pod the kubelet's UID of the
+    /// static pod.
     pub fn pod(&self, uid: &str) -> Option<&Pod<'a>> {
         self.by_uid.get(uid).map(|&i| &self.pods[i])
+    }
+
+    /// Every `spec.nodeName` the list names.
+    pub fn node_names(&self) -> std::collections::BTreeSet<&str> {
+        self.pods
+            .iter()
+            .filter_map(|p| p.node_name.as_deref())
+            .collect()
     }
 }

@@ -22,6 +22,8 @@ pub enum Event {
     },
     /// Reading the store back starts.
     ReadBackStarted,
+    /// Kubelet checkpoint files the target rejects were moved into the backup.
+    CheckpointsSetAside(usize),
 }
 
 /// Receives [`Event`]s. Called from the thread that runs the workflow.

@@ -48,6 +48,19 @@ pub fn rollback(
     })
 }
 
+/// The kubelet checkpoints the patch set aside come back with a value rollback too (a byte
+/// rollback restores them with every other file).
+fn put_back_set_aside(backup_dir: &Path) -> Result<(), Error> {
+    storepatch::backup::restore_set_aside(backup_dir).map_err(|e| match e {
+        e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
+            source: e,
+            backup_dir: backup_dir.to_path_buf(),
+        },
+        e => e.into(),
+    })?;
+    Ok(())
+}
+
 /// What [`rollback_values`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueRollback {
@@ -143,6 +156,7 @@ pub fn rollback_values(
         return Err(Error::ValueRollbackConflict(conflicts.join("; ")));
     }
     if undo.is_empty() {
+        put_back_set_aside(backup_dir)?;
         return Ok(ValueRollback {
             restored: 0,
             already,
@@ -151,6 +165,8 @@ pub fn rollback_values(
     }
     let dir = backup_dir.join(format!("undo-{}", unix_now()));
     let mut backup = storepatch::backup::Backup::create(&dir, store.kind().name(), store.root())?;
+    // Set-aside checkpoints first: their check refuses before anything is written.
+    put_back_set_aside(backup_dir)?;
     store.apply(&undo, &mut backup)?;
     Ok(ValueRollback {
         restored: undo.len(),

@@ -26,9 +26,7 @@ fn patch_to(n: &Node, pods: &[u8], from: From, to: &str, backup: &str) -> Plan {
     rehash::patch(
         &plan,
         store.as_ref(),
-        &BackupOptions {
-            dir: n.tmp.path().join(backup),
-        },
+        &BackupOptions::new(n.tmp.path().join(backup)),
         &rehash::Silent,
     )
     .expect("patch");
@@ -124,5 +122,636 @@ fn an_explicit_from_newer_than_to_is_a_downgrade() {
             .iter()
             .any(|r| r.hash_without_resources.is_some()),
         "the downgrade to 1.30 restores hashWithoutResources too"
+    );
+}
+
+// ---- static pods ----------------------------------------------------------------------------
+
+use rehash::static_pods::StaticManifests;
+use rehash::NodeFiles;
+use serde_json::{json, Value};
+
+fn pods_of(n: &Node) -> Value {
+    serde_json::from_slice(&std::fs::read(n.dir.join("pods.json")).unwrap()).unwrap()
+}
+
+/// The uid of a pod with a running container that the plan rewrites, and its index.
+fn rewritten_pod(n: &Node, pods: &Value, to: &str) -> (usize, String) {
+    let store = n.location.open().unwrap();
+    let plan = Plan::build(
+        &serde_json::to_vec(pods).unwrap(),
+        store.as_ref(),
+        From::Auto,
+        to.parse().unwrap(),
+    )
+    .unwrap();
+    let r = plan
+        .records
+        .iter()
+        .find(|r| r.action == Action::Rewrite && r.would_restart_without_rewrite)
+        .expect("a running container to rewrite");
+    let uid = r.pod_uid.clone().unwrap();
+    let i = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|p| p["metadata"]["uid"] == uid.as_str())
+        .unwrap();
+    (i, uid)
+}
+
+/// Turns pod `i` into the mirror pod of a static pod whose kubelet UID is `kubelet_uid`, named
+/// `<manifest>-<node>` as the kubelet names mirror pods; returns the manifest name.
+fn make_mirror(pods: &mut Value, i: usize, kubelet_uid: &str) -> String {
+    let pod = &mut pods["items"][i];
+    let node = pod["spec"]["nodeName"].as_str().unwrap().to_string();
+    let manifest = format!("static-{i}");
+    pod["metadata"]["name"] = json!(format!("{manifest}-{node}"));
+    pod["metadata"]["uid"] = json!("0a0a0a0a-1111-4222-8333-444444444444"); // the API server's
+    let ann = pod["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .entry("annotations")
+        .or_insert(json!({}));
+    ann["kubernetes.io/config.mirror"] = json!(kubelet_uid);
+    ann["kubernetes.io/config.hash"] = json!(kubelet_uid);
+    ann["kubernetes.io/config.source"] = json!("file");
+    manifest
+}
+
+fn manifests(n: &Node, pods: &Value, i: usize, name: &str, uid: Option<&str>) -> NodeFiles {
+    let dir = n.tmp.path().join("manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ns = pods["items"][i]["metadata"]["namespace"].as_str().unwrap();
+    let uid_line = uid.map(|u| format!("  uid: {u}\n")).unwrap_or_default();
+    std::fs::write(
+        dir.join(format!("{name}.yaml")),
+        format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\n{uid_line}spec:\n  containers: []\n"),
+    )
+    .unwrap();
+    NodeFiles {
+        manifests: Some(StaticManifests::read(&dir).unwrap()),
+        ..NodeFiles::default()
+    }
+}
+
+fn plan_with(n: &Node, pods: &Value, to: &str, files: &NodeFiles) -> Plan {
+    let store = n.location.open().unwrap();
+    Plan::build_with(
+        &serde_json::to_vec(pods).unwrap(),
+        store.as_ref(),
+        From::Auto,
+        to.parse().unwrap(),
+        files,
+    )
+    .expect("plan")
+}
+
+fn static_pod_cases(name: &str, to: &str) {
+    let n = node(name);
+    let mut pods = pods_of(&n);
+    let baseline = plan_with(&n, &pods, to, &NodeFiles::default());
+    let (i, uid) = rewritten_pod(&n, &pods, to);
+    let manifest = make_mirror(&mut pods, i, &uid);
+    let of_pod = |p: &Plan| -> Vec<rehash::PlanRecord> {
+        p.records
+            .iter()
+            .filter(|r| r.pod_uid.as_deref() == Some(uid.as_str()))
+            .cloned()
+            .collect()
+    };
+
+    // No manifests on the node, a UID of the pinned (uuid) form: the pod is kept.
+    let plan = plan_with(&n, &pods, to, &NodeFiles::default());
+    let recs = of_pod(&plan);
+    assert!(!recs.is_empty());
+    for r in &recs {
+        assert!(
+            r.static_pod,
+            "{name} {}: matched through the mirror pod",
+            r.id
+        );
+        assert_ne!(
+            r.action,
+            Action::Orphan,
+            "{name} {}: a static pod's container is never orphan",
+            r.id
+        );
+    }
+    assert_eq!(
+        plan.summary, baseline.summary,
+        "{name}: a static pod with a pinned UID plans like the same pod from the API"
+    );
+    let json: Value = serde_json::from_slice(&plan.to_json()).unwrap();
+    assert!(
+        json["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["static_pod"] == true),
+        "{name}: the report marks static pods"
+    );
+
+    // The manifest pins the UID: kept.
+    let pinned = manifests(&n, &pods, i, &manifest, Some(&uid));
+    let plan = plan_with(&n, &pods, to, &pinned);
+    assert_eq!(
+        plan.summary, baseline.summary,
+        "{name}: a pinned UID keeps the pod"
+    );
+
+    // The manifest sets no uid: the kubelet derived it, the target derives another one.
+    let derived = manifests(&n, &pods, i, &manifest, None);
+    let plan = plan_with(&n, &pods, to, &derived);
+    let running: Vec<_> = of_pod(&plan)
+        .into_iter()
+        .filter(|r| {
+            r.kind == rehash::plan::RecordClass::Container
+                && r.state == Some(rehash::pods::ContainerState::Running)
+        })
+        .collect();
+    assert!(!running.is_empty());
+    for r in &running {
+        assert!(
+            r.would_restart_after_rewrite && r.reason.contains("derived UID"),
+            "{name} {}: a derived-UID static pod restarts under another kubelet: {}",
+            r.id,
+            r.reason
+        );
+    }
+    assert_eq!(
+        plan.summary.would_restart_after_rewrite,
+        baseline.summary.would_restart_after_rewrite + running.len(),
+        "{name}: the derived-UID pod's running containers are counted"
+    );
+    assert!(
+        plan.summary.sentence.contains("static pods"),
+        "{name}: the sentence says why: {}",
+        plan.summary.sentence
+    );
+}
+
+#[test]
+fn static_pods_through_mirror_pods_on_every_node() {
+    static_pod_cases("containerd-1.7", "1.31");
+    static_pod_cases("containerd-1.6", "1.31");
+    static_pod_cases("docker-20.10", "1.23");
+    static_pod_cases("crio-1.30", "1.31");
+}
+
+#[test]
+fn a_derived_uid_is_recognised_by_its_form_without_manifests() {
+    // A Docker node whose static pod got its UID from the kubelet (32 hex digits): rewrite the
+    // uid in that pod's container files as such a node would have it.
+    let n = node("docker-20.10");
+    let mut pods = pods_of(&n);
+    let (i, uid) = rewritten_pod(&n, &pods, "1.23");
+    let derived = "5d2c2b1c6e8f4a0b9c3d7e1f2a4b6c8d";
+    for d in std::fs::read_dir(n.dir.join("var/lib/docker/containers")).unwrap() {
+        let d = d.unwrap().path();
+        for f in ["config.v2.json", "hostconfig.json"] {
+            let p = d.join(f);
+            let b = std::fs::read_to_string(&p).unwrap();
+            if b.contains(&uid) {
+                std::fs::write(&p, b.replace(&uid, derived)).unwrap();
+            }
+        }
+    }
+    make_mirror(&mut pods, i, derived);
+    let plan = plan_with(&n, &pods, "1.23", &NodeFiles::default());
+    let recs: Vec<_> = plan
+        .records
+        .iter()
+        .filter(|r| r.pod_uid.as_deref() == Some(derived))
+        .collect();
+    assert!(!recs.is_empty());
+    assert!(recs
+        .iter()
+        .all(|r| r.static_pod && r.action != Action::Orphan));
+    assert!(
+        recs.iter()
+            .any(|r| r.would_restart_after_rewrite && r.reason.contains("derived (md5) form")),
+        "a 32-hex kubelet UID without a manifest counts as derived: {recs:#?}"
+    );
+}
+
+#[test]
+fn a_manifest_dir_with_an_unparsable_file_is_refused_by_name() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("kube-apiserver.yaml"),
+        "kind: Pod\nmetadata: {name: [",
+    )
+    .unwrap();
+    let e = StaticManifests::read(d.path()).unwrap_err();
+    assert!(
+        e.to_string().contains("kube-apiserver.yaml"),
+        "the message names the file: {e}"
+    );
+}
+
+// ---- in-place resize ------------------------------------------------------------------------
+
+#[test]
+fn a_container_resized_in_place_is_proven_by_hash_without_resources_and_rewritten() {
+    // containerd 1.7 runs kubelet 1.30 with InPlacePodVerticalScaling: records carry
+    // hashWithoutResources. Resize one running container's spec as the API server would show
+    // it after `kubectl patch --subresource resize`.
+    let n = node("containerd-1.7");
+    let mut pods = pods_of(&n);
+    let before = plan_with(&n, &pods, "1.31", &NodeFiles::default());
+    let victim = before
+        .records
+        .iter()
+        .find(|r| {
+            r.action == Action::Rewrite
+                && r.would_restart_without_rewrite
+                && r.stored_hash_without_resources.is_some()
+        })
+        .expect("a running 1.30 container with hashWithoutResources");
+    let (uid, cname) = (
+        victim.pod_uid.clone().unwrap(),
+        victim.container.clone().unwrap(),
+    );
+    for p in pods["items"].as_array_mut().unwrap() {
+        if p["metadata"]["uid"] == uid.as_str() {
+            for c in p["spec"]["containers"].as_array_mut().unwrap() {
+                if c["name"] == cname.as_str() {
+                    c["resources"] = json!({"limits": {"cpu": "777m", "memory": "333Mi"}, "requests": {"cpu": "777m", "memory": "333Mi"}});
+                }
+            }
+        }
+    }
+    let plan = plan_with(&n, &pods, "1.31", &NodeFiles::default());
+    let r = plan.records.iter().find(|r| r.id == victim.id).unwrap();
+    assert_ne!(
+        r.from_hash, victim.from_hash,
+        "the resize changed what 1.30 computes as hash"
+    );
+    assert_eq!(r.action, Action::Rewrite, "resized: {}", r.reason);
+    assert!(r.reason.contains("resized in place"), "{}", r.reason);
+    assert!(!r.would_restart_after_rewrite);
+    // (1.31 hashes no resources, so its target equals the unresized one's.)
+    // The same spec change without the stored hashWithoutResources to vouch for it would be
+    // unproven: the proof really rests on that annotation. A 1.30 -> 1.30 plan sees the hash
+    // mismatch too.
+    let store = n.location.open().unwrap();
+    let done = rehash::patch(
+        &plan,
+        store.as_ref(),
+        &BackupOptions::new(n.tmp.path().join("bk")),
+        &rehash::Silent,
+    )
+    .unwrap();
+    assert_eq!(done.changed, before.rewrites().len());
+    let after = plan_with(&n, &pods, "1.31", &NodeFiles::default());
+    let r = after.records.iter().find(|r| r.id == victim.id).unwrap();
+    assert_eq!(
+        (r.action, r.would_restart_without_rewrite),
+        (Action::Unchanged, false),
+        "after the patch kubelet 1.31 keeps the resized container"
+    );
+}
+
+#[test]
+fn a_resized_container_rewritten_to_1_29_gets_both_hashes() {
+    let n = node("containerd-1.7");
+    let mut pods = pods_of(&n);
+    let before = plan_with(&n, &pods, "1.29", &NodeFiles::default());
+    // 1.30 -> 1.29 is a downgrade with equal hashes for most specs; resize one container so
+    // that both values must be recomputed for the target.
+    let victim = before
+        .records
+        .iter()
+        .find(|r| {
+            r.stored_hash_without_resources.is_some()
+                && r.state == Some(rehash::pods::ContainerState::Running)
+        })
+        .unwrap()
+        .clone();
+    for p in pods["items"].as_array_mut().unwrap() {
+        if p["metadata"]["uid"] == victim.pod_uid.as_deref().unwrap() {
+            for c in p["spec"]["containers"].as_array_mut().unwrap() {
+                if c["name"] == victim.container.as_deref().unwrap() {
+                    c["resources"] =
+                        json!({"limits": {"cpu": "1234m"}, "requests": {"cpu": "1234m"}});
+                }
+            }
+        }
+    }
+    let plan = plan_with(&n, &pods, "1.29", &NodeFiles::default());
+    let r = plan.records.iter().find(|r| r.id == victim.id).unwrap();
+    assert_eq!(r.action, Action::Rewrite, "{}", r.reason);
+    assert!(r.reason.contains("resized in place"), "{}", r.reason);
+    assert!(
+        r.target_hash_without_resources.is_some(),
+        "a 1.27–1.30 target writes hashWithoutResources where the record carries it"
+    );
+    assert_ne!(
+        r.target_hash.map(|h| h.to_string()),
+        r.stored_hash,
+        "1.29 hashes the new resources"
+    );
+}
+
+// ---- the pods file belongs to this node -----------------------------------------------------
+
+fn expect_foreign(n: &Node, pods: &Value, from: From, names: &[&str]) {
+    let store = n.location.open().unwrap();
+    let e = Plan::build(
+        &serde_json::to_vec(pods).unwrap(),
+        store.as_ref(),
+        from,
+        "1.31".parse().unwrap(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, rehash::Error::ForeignPods(_)), "{e}");
+    assert_eq!(e.class(), rehash::ErrorClass::Refused, "exit 3");
+    for name in names {
+        assert!(e.to_string().contains(name), "names node {name}: {e}");
+    }
+}
+
+fn renode(pods: &mut Value, node: &str, uid_prefix: &str) {
+    for (i, p) in pods["items"].as_array_mut().unwrap().iter_mut().enumerate() {
+        p["spec"]["nodeName"] = json!(node);
+        p["metadata"]["uid"] = json!(format!("{uid_prefix}-{i:04}"));
+    }
+}
+
+#[test]
+fn another_nodes_pods_file_is_refused_with_the_node_names() {
+    let n = node("containerd-1.7");
+    // Another node's file (its own pods and uids), with --from auto and an explicit --from.
+    let mut other = pods_of(&node("docker-20.10"));
+    renode(&mut other, "node-7", "b7");
+    expect_foreign(&n, &other, From::Auto, &["node-7"]);
+    expect_foreign(
+        &n,
+        &other,
+        From::Version("1.30".parse().unwrap()),
+        &["node-7"],
+    );
+
+    // A file of several nodes, this node's pods among one of them: planned, with a hazard.
+    let mut multi = pods_of(&n);
+    let items = multi["items"].as_array_mut().unwrap();
+    items.extend(other["items"].as_array().unwrap().iter().cloned());
+    let plan = plan_with(&n, &multi, "1.31", &NodeFiles::default());
+    assert!(
+        plan.hazards
+            .iter()
+            .any(|h| h.code == "pods-file-multi-node"),
+        "{:?}",
+        plan.warnings
+    );
+    let alone = plan_with(&n, &pods_of(&n), "1.31", &NodeFiles::default());
+    assert_eq!(
+        plan.summary, alone.summary,
+        "the other node's pods change nothing"
+    );
+
+    // The store's pods spread over two nodes of the file: refused, naming both.
+    let mut split = pods_of(&n);
+    for (i, p) in split["items"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        if i % 2 == 1 {
+            p["spec"]["nodeName"] = json!("node-2");
+        }
+    }
+    expect_foreign(&n, &split, From::Auto, &["node-1", "node-2"]);
+
+    // A pods file without nodeName (a hand-made list) is taken as it is.
+    let mut bare = pods_of(&n);
+    for p in bare["items"].as_array_mut().unwrap() {
+        p["spec"].as_object_mut().unwrap().remove("nodeName");
+    }
+    plan_with(&n, &bare, "1.31", &NodeFiles::default());
+}
+
+// ---- kubelet checkpoints --------------------------------------------------------------------
+
+/// A kubelet dir holding the checkpoint files of a case under fixtures/checkpoints (written
+/// by real Go code of the kubelet's checkpoint structs, tools/kubelet-checkpoints).
+fn kubelet_dir(n: &Node, cases: &[&str]) -> std::path::PathBuf {
+    let dir = n.tmp.path().join("var-lib-kubelet");
+    std::fs::create_dir_all(&dir).unwrap();
+    for case in cases {
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!(
+                "{}/.",
+                common::fixtures().join("checkpoints").join(case).display()
+            ))
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let _ = std::fs::remove_file(dir.join("verdicts.json"));
+    }
+    dir
+}
+
+fn with_kubelet_dir(dir: &std::path::Path) -> NodeFiles {
+    NodeFiles {
+        kubelet_dir: Some(dir.to_path_buf()),
+        ..NodeFiles::default()
+    }
+}
+
+#[test]
+fn a_rejected_checkpoint_blocks_the_patch_until_it_is_set_aside_and_rollback_restores_it() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    let kd = kubelet_dir(&n, &["dra-1.30-claim"]);
+    let dra = kd.join("dra_manager_state");
+    let dra_bytes = std::fs::read(&dra).unwrap();
+    let plan = plan_with(&n, &pods, "1.31", &with_kubelet_dir(&kd));
+    let h = plan
+        .hazards
+        .iter()
+        .find(|h| h.code == "checkpoint-rejected")
+        .expect("kubelet 1.31 rejects a 1.30 dra_manager_state");
+    assert_eq!(h.severity, rehash::Severity::Block);
+    assert_eq!(h.files, vec![dra.display().to_string()]);
+    assert!(
+        h.reference.as_deref().is_some_and(|r| r.contains("127653")),
+        "names the upstream issue: {h:?}"
+    );
+    assert!(h.message.contains("1.31"), "{}", h.message);
+
+    // Without the flag: refused, exit 3, nothing written anywhere.
+    let before = snapshot(&n.dir);
+    let store = n.location.open().unwrap();
+    let e = rehash::patch(
+        &plan,
+        store.as_ref(),
+        &BackupOptions::new(n.tmp.path().join("bk-refused")),
+        &rehash::Silent,
+    )
+    .unwrap_err();
+    assert!(matches!(e, rehash::Error::Blocked(_)), "{e}");
+    assert_eq!(e.class(), rehash::ErrorClass::Refused);
+    assert!(e.to_string().contains("checkpoint-rejected"), "{e}");
+    assert!(
+        snapshot(&n.dir) == before,
+        "a refused patch changed the store"
+    );
+    assert_eq!(std::fs::read(&dra).unwrap(), dra_bytes);
+    assert!(!n.tmp.path().join("bk-refused/manifest.json").exists());
+
+    // With it: set aside into the backup (a manifest entry like every other copy).
+    let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+    opts.set_aside_checkpoints = true;
+    let done = rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent).unwrap();
+    assert_eq!(done.set_aside, vec![dra.clone()]);
+    assert!(
+        !dra.exists(),
+        "the rejected checkpoint is out of the kubelet's way"
+    );
+    let manifest = storepatch::backup::read_manifest(&opts.dir).unwrap();
+    assert!(
+        manifest.entries.iter().any(|e| e.path == dra
+            && e.set_aside
+            && e.sha256_original == storepatch::backup::sha256_hex(&dra_bytes)),
+        "the manifest records the set-aside file with its sha256"
+    );
+    // The plan after the patch has nothing left to block on.
+    let again = plan_with(&n, &pods, "1.31", &with_kubelet_dir(&kd));
+    assert!(again
+        .hazards
+        .iter()
+        .all(|h| h.severity != rehash::Severity::Block));
+
+    rehash::rollback(&opts.dir, &n.location, false).unwrap();
+    assert_eq!(
+        std::fs::read(&dra).unwrap(),
+        dra_bytes,
+        "rollback puts the checkpoint back byte for byte"
+    );
+    assert!(snapshot(&n.dir) == before, "and the store too");
+}
+
+#[test]
+fn a_value_rollback_puts_set_aside_checkpoints_back_too() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    let kd = kubelet_dir(&n, &["dra-1.30-claim"]);
+    let dra = kd.join("dra_manager_state");
+    let dra_bytes = std::fs::read(&dra).unwrap();
+    let plan = plan_with(&n, &pods, "1.31", &with_kubelet_dir(&kd));
+    let store = n.location.open().unwrap();
+    let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+    opts.set_aside_checkpoints = true;
+    rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent).unwrap();
+    assert!(!dra.exists());
+    rehash::rollback_values(&opts.dir, store.as_ref()).unwrap();
+    assert_eq!(std::fs::read(&dra).unwrap(), dra_bytes);
+}
+
+#[test]
+fn checkpoint_verdicts_follow_the_version_pair() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    // Accepted: a 1.30 DRA checkpoint under a 1.30 target (no hazard); rejected by 1.31; a
+    // 1.31 one rejected by a downgrade to 1.30 after an upgrade.
+    let kd = kubelet_dir(&n, &["dra-1.30-claim"]);
+    let codes = |p: &Plan| p.hazards.iter().map(|h| h.code.clone()).collect::<Vec<_>>();
+    let same = plan_with(&n, &pods, "1.30", &with_kubelet_dir(&kd));
+    assert!(
+        !codes(&same).iter().any(|c| c.starts_with("checkpoint")),
+        "{:?}",
+        same.warnings
+    );
+    std::fs::remove_dir_all(&kd).unwrap();
+    let kd = kubelet_dir(&n, &["dra-1.31-claim"]);
+    patch_to(
+        &n,
+        &serde_json::to_vec(&pods).unwrap(),
+        From::Auto,
+        "1.31",
+        "bk-up",
+    );
+    let down = plan_with(&n, &pods, "1.30", &with_kubelet_dir(&kd));
+    assert!(
+        codes(&down).contains(&"checkpoint-rejected".to_string()),
+        "kubelet 1.30 rejects a 1.31 dra_manager_state: {:?}",
+        down.warnings
+    );
+
+    // A device-manager checkpoint of 1.19 under 1.20: rejected but the kubelet runs on (warn).
+    let d = node("docker-20.10");
+    let kd = kubelet_dir(&d, &["device-1.19", "cpu-1.17-static"]);
+    let plan = plan_with(&d, &pods_of(&d), "1.20", &with_kubelet_dir(&kd));
+    let dev = plan
+        .hazards
+        .iter()
+        .find(|h| h.code == "checkpoint-state-lost")
+        .expect("1.20 drops a 1.19 device checkpoint");
+    assert_eq!(dev.severity, rehash::Severity::Warn);
+    assert!(
+        !codes(&plan).contains(&"checkpoint-rejected".to_string()),
+        "1.20 accepts a 1.17 cpu_manager_state: {:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn bad_checkpoint_files_are_clear_errors_and_change_nothing() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    let before = snapshot(&n.dir);
+    let kd = n.tmp.path().join("kubelet");
+    std::fs::create_dir(&kd).unwrap();
+    let store = n.location.open().unwrap();
+    let try_plan = || {
+        Plan::build_with(
+            &serde_json::to_vec(&pods).unwrap(),
+            store.as_ref(),
+            From::Auto,
+            "1.31".parse().unwrap(),
+            &with_kubelet_dir(&kd),
+        )
+    };
+    for (what, setup) in [
+        (
+            "not JSON",
+            &(|p: &std::path::Path| std::fs::write(p, b"\x00garbage").unwrap())
+                as &dyn Fn(&std::path::Path),
+        ),
+        ("unknown shape", &|p: &std::path::Path| {
+            std::fs::write(p, br#"{"what": 1}"#).unwrap()
+        }),
+        ("a symlink", &|p: &std::path::Path| {
+            std::os::unix::fs::symlink("/etc/hostname", p).unwrap()
+        }),
+    ] {
+        let f = kd.join("cpu_manager_state");
+        let _ = std::fs::remove_file(&f);
+        setup(&f);
+        let e = try_plan().unwrap_err();
+        assert!(matches!(e, rehash::Error::Checkpoint(_)), "{what}: {e}");
+        assert_eq!(e.class(), rehash::ErrorClass::Usage, "{what}: exit 2");
+        assert!(
+            e.to_string().contains("cpu_manager_state"),
+            "{what}: names the file: {e}"
+        );
+    }
+    let e = Plan::build_with(
+        &serde_json::to_vec(&pods).unwrap(),
+        store.as_ref(),
+        From::Auto,
+        "1.31".parse().unwrap(),
+        &with_kubelet_dir(&n.tmp.path().join("no-such-dir")),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no-such-dir"), "{e}");
+    assert!(
+        snapshot(&n.dir) == before,
+        "bad checkpoint input changed nothing"
     );
 }

@@ -68,9 +68,7 @@ fn full_cycle(name: &str, to: &str) {
         "{name}: the report round-trips"
     );
 
-    let backup = BackupOptions {
-        dir: n.tmp.path().join("backup"),
-    };
+    let backup = BackupOptions::new(n.tmp.path().join("backup"));
     let events = std::cell::RefCell::new(Vec::new());
     let record = |e: rehash::Event| events.borrow_mut().push(e);
     let done = rehash::patch(&plan, store.as_ref(), &backup, &record).expect("patch");
@@ -101,9 +99,7 @@ fn full_cycle(name: &str, to: &str) {
     let again = rehash::patch(
         &after,
         store.as_ref(),
-        &BackupOptions {
-            dir: n.tmp.path().join("backup-2"),
-        },
+        &BackupOptions::new(n.tmp.path().join("backup-2")),
         &rehash::Silent,
     )
     .unwrap();
@@ -143,9 +139,7 @@ fn value_rollback_undoes_exactly_what_the_patch_wrote() {
     let store = n.location.open().unwrap();
     let to = "1.31".parse().unwrap();
     let plan = Plan::build(&pods, store.as_ref(), From::Auto, to).unwrap();
-    let backup = BackupOptions {
-        dir: n.tmp.path().join("backup"),
-    };
+    let backup = BackupOptions::new(n.tmp.path().join("backup"));
     let done = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap();
     let undo = rehash::rollback_values(&backup.dir, store.as_ref()).expect("value rollback");
     assert_eq!(undo.restored, done.changed);
@@ -215,9 +209,7 @@ fn errors_carry_the_class_a_caller_acts_on() {
     let e = rehash::patch(
         &plan,
         store.as_ref(),
-        &BackupOptions {
-            dir: n.tmp.path().join("backup"),
-        },
+        &BackupOptions::new(n.tmp.path().join("backup")),
         &rehash::Silent,
     )
     .unwrap_err();
@@ -230,9 +222,7 @@ fn errors_carry_the_class_a_caller_acts_on() {
     let e = rehash::patch(
         &plan,
         other_store.as_ref(),
-        &BackupOptions {
-            dir: other.tmp.path().join("backup"),
-        },
+        &BackupOptions::new(other.tmp.path().join("backup")),
         &rehash::Silent,
     )
     .unwrap_err();
@@ -286,9 +276,7 @@ fn a_failed_read_back_is_a_failure_that_still_carries_the_report() {
         first: std::sync::Mutex::new(None),
     };
     let plan = Plan::build(&pods, &store, From::Auto, "1.31".parse().unwrap()).unwrap();
-    let backup = BackupOptions {
-        dir: n.tmp.path().join("backup"),
-    };
+    let backup = BackupOptions::new(n.tmp.path().join("backup"));
     let e = rehash::patch(&plan, &store, &backup, &rehash::Silent).unwrap_err();
     assert_eq!(e.class(), ErrorClass::Failure, "{e}");
     let Error::ReadBack {

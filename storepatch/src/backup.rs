@@ -62,6 +62,10 @@ pub struct ManifestEntry {
     /// sha256 of the bytes the patch writes; `None` until known (a bolt file's new bytes are
     /// only known after its transaction commits).
     pub sha256_new: Option<String>,
+    /// The patch removed this file instead of rewriting it (a kubelet checkpoint the target
+    /// kubelet would reject, set aside on the operator's request): rollback recreates it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub set_aside: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -245,9 +249,25 @@ impl Backup {
                 size: it.original.len() as u64,
                 sha256_original,
                 sha256_new,
+                set_aside: false,
             });
             offset += it.original.len() as u64;
         }
+        Ok(())
+    }
+
+    /// Copies a file the patch will remove (not rewrite) into the backup: rollback recreates
+    /// it. Made durable by [`Backup::commit`], like every copy.
+    pub fn save_set_aside(
+        &mut self,
+        path: &Path,
+        original: &[u8],
+        meta: FileMeta,
+    ) -> Result<(), StoreError> {
+        let index = self.manifest.entries.len();
+        let mut entry = write_copy(&self.dir, index, path, original, meta, None)?;
+        entry.set_aside = true;
+        self.manifest.entries.push(entry);
         Ok(())
     }
 
@@ -337,6 +357,7 @@ fn write_copy(
         size: original.len() as u64,
         sha256_original,
         sha256_new: new_sha256,
+        set_aside: false,
     })
 }
 
@@ -527,6 +548,8 @@ fn check_entry(
                 ),
             })
         }
+        // A file the patch set aside comes back.
+        (None, _) if entry.set_aside => RollbackAction::Restored,
         (None, _) => {
             return Err(StoreError::RollbackConflict {
                 path: entry.path.clone(),
@@ -547,7 +570,22 @@ fn check_entry(
 /// at any instant leaves each file holding its original or its patched bytes, and running
 /// the rollback again finishes it.
 pub fn rollback(dir: &Path, accept_unknown_new: bool) -> Result<RollbackReport, StoreError> {
-    let manifest = read_manifest(dir)?;
+    restore(dir, accept_unknown_new, |_| true)
+}
+
+/// [`rollback`] of only the files the patch set aside (for a value rollback, which undoes the
+/// store's values itself but must still give the set-aside files back).
+pub fn restore_set_aside(dir: &Path) -> Result<RollbackReport, StoreError> {
+    restore(dir, false, |e| e.set_aside)
+}
+
+fn restore(
+    dir: &Path,
+    accept_unknown_new: bool,
+    wanted: impl Fn(&ManifestEntry) -> bool,
+) -> Result<RollbackReport, StoreError> {
+    let mut manifest = read_manifest(dir)?;
+    manifest.entries.retain(|e| wanted(e));
     let packs = Packs::open(dir, &manifest)?;
     // Check every entry (in parallel: thousands of files are read and hashed), then report
     // the first problem in manifest order, as a one-by-one check would.

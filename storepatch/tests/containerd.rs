@@ -834,7 +834,9 @@ fn bad_file_locked_by_running_containerd() {
     let rep = store.scan().unwrap();
     assert_eq!(rep.records.len(), 9);
     assert!(
-        rep.warnings.iter().any(|w| w.contains("flock")),
+        rep.warnings
+            .iter()
+            .any(|w| w.code == "containerd-meta-db-locked" && w.message.contains("flock")),
         "{:?}",
         rep.warnings
     );

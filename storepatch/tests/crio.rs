@@ -220,8 +220,9 @@ fn scan_gives_every_record_of_expected_json() {
     let version_warning = report
         .warnings
         .iter()
-        .find(|w| w.contains("version file"))
+        .find(|w| w.code == "crio-version-file")
         .expect("a version-file warning");
+    let version_warning = &version_warning.message;
     assert!(
         version_warning.contains("1.30.14+unknown") && version_warning.contains("1.30"),
         "{version_warning}"
@@ -651,7 +652,8 @@ fn non_standard_graphroot_warns_and_writes_only_the_graphroot() {
         report
             .warnings
             .iter()
-            .any(|w| w.contains("runroot was not discovered")),
+            .any(|w| w.code == "crio-runroot-not-found"
+                && w.message.contains("runroot was not discovered")),
         "{:?}",
         report.warnings
     );
@@ -1165,18 +1167,21 @@ fn node_file_warnings_follow_the_node() {
     let node = copy_node(tmp.path());
     let store = open(&node);
     let w = store.scan().unwrap().warnings;
-    assert!(!w.iter().any(|w| w.contains("clean.shutdown")), "{w:?}");
+    assert!(
+        !w.iter().any(|w| w.code == "crio-unclean-shutdown"),
+        "{w:?}"
+    );
     fs::remove_file(node.join("var/lib/crio/clean.shutdown")).unwrap();
     fs::remove_file(node.join("run/crio/version")).unwrap();
     let w = store.scan().unwrap().warnings;
     assert!(
         w.iter()
-            .any(|w| w.contains("clean.shutdown") && w.contains("internal_repair")),
+            .any(|w| w.code == "crio-unclean-shutdown" && w.message.contains("internal_repair")),
         "{w:?}"
     );
     assert!(
         w.iter()
-            .any(|w| w.contains("version file") && w.contains("is missing")),
+            .any(|w| w.code == "crio-version-file-missing" && w.message.contains("is missing")),
         "{w:?}"
     );
 }

@@ -245,7 +245,9 @@ fn node_fixture_scan_matches_expected_and_apply_matches_step4() {
         report
             .warnings
             .iter()
-            .any(|w| w.contains("cannot tell whether dockerd live-restore is on")),
+            .any(|w| w.code == "docker-live-restore-unknown"
+                && w.message
+                    .contains("cannot tell whether dockerd live-restore is on")),
         "{:?}",
         report.warnings
     );
@@ -412,7 +414,6 @@ fn not_json_and_truncated_are_reported_and_others_go_on() {
             .count(),
         2
     );
-    assert!(rep.warnings.iter().any(|w| w.contains("2 record(s)")));
     // Asking to rewrite them fails, naming the file, and writes nothing (even the good one).
     let e = apply_fails(
         t.path(),

@@ -338,7 +338,7 @@ impl ContainerdStore {
 
     /// meta.db opened for reading: mapped under a shared flock when it is free, otherwise a
     /// private snapshot (second value: a warning).
-    fn read_db(&self) -> Result<(Db, Option<String>, Flocked), StoreError> {
+    fn read_db(&self) -> Result<(Db, Option<crate::Warning>, Flocked), StoreError> {
         let file = Flocked(self.open_db_file(false)?);
         let locked =
             try_flock(&file, libc::LOCK_SH).map_err(|e| StoreError::io(&self.db_path, e))?;
@@ -353,10 +353,16 @@ impl ContainerdStore {
             let db = Db::from_bytes(bytes).map_err(|e| corrupt(&self.db_path, e))?;
             Ok((
                 db,
-                Some(format!(
-                    "{}; scanned a snapshot that may already be stale",
-                    self.locked_evidence()
-                )),
+                Some(
+                    crate::Warning::warn(
+                        "containerd-meta-db-locked",
+                        format!(
+                            "{}; scanned a snapshot that may already be stale",
+                            self.locked_evidence()
+                        ),
+                    )
+                    .about(&self.db_path),
+                ),
                 file,
             ))
         }
@@ -743,11 +749,17 @@ impl RuntimeStore for ContainerdStore {
             ));
         }
         if !check.freelist.is_empty() {
-            report.warnings.push(format!(
-                "{}: the freelist is inconsistent ({}); containerd can read the file but this tool will not write it",
-                self.db_path.display(),
-                check.summary()
-            ));
+            report.warnings.push(
+                crate::Warning::block(
+                    "containerd-freelist-inconsistent",
+                    format!(
+                        "{}: the freelist is inconsistent ({}); containerd can read the file but this tool will not write it",
+                        self.db_path.display(),
+                        check.summary()
+                    ),
+                )
+                .about(&self.db_path),
+            );
         }
         let found = collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?;
         // Decoding ~2.7 KB of JSON and reading a status file per container: parallel.

@@ -128,7 +128,7 @@ impl CrioStore {
     /// `<graphroot>/<driver>-containers` directories (normally only `overlay-containers`).
     pub(super) fn container_dirs(
         &self,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<crate::Warning>,
     ) -> Result<Vec<PathBuf>, StoreError> {
         let mut out = Vec::new();
         let rd = fs::read_dir(&self.graphroot).map_err(|e| StoreError::io(&self.graphroot, e))?;
@@ -141,10 +141,16 @@ impl CrioStore {
             let path = entry.path();
             let meta = fs::symlink_metadata(&path).map_err(|e| StoreError::io(&path, e))?;
             if meta.file_type().is_symlink() {
-                warnings.push(format!(
-                    "{} is a symbolic link; not followed (it could point outside the store), its containers are not scanned",
-                    path.display()
-                ));
+                warnings.push(
+                    crate::Warning::warn(
+                        "crio-containers-dir-symlink",
+                        format!(
+                            "{} is a symbolic link; not followed (it could point outside the store), its containers are not scanned",
+                            path.display()
+                        ),
+                    )
+                    .about(&path),
+                );
                 continue;
             }
             if meta.is_dir() {
@@ -196,10 +202,11 @@ impl CrioStore {
         }
     }
 
-    pub(super) fn warnings(&self) -> Vec<String> {
+    pub(super) fn warnings(&self) -> Vec<crate::Warning> {
+        use crate::Warning;
         let mut w = Vec::new();
         if let Some(n) = &self.runroot_note {
-            w.push(n.clone());
+            w.push(Warning::warn("crio-runroot-not-found", n.clone()));
         }
         let vf = self.version_file.display();
         match fs::read(&self.version_file) {
@@ -208,28 +215,28 @@ impl CrioStore {
                 let version = serde_json::from_str::<String>(text.trim())
                     .unwrap_or_else(|_| text.trim().to_string());
                 let mm = major_minor(&version);
-                w.push(format!(
+                w.push(Warning::warn("crio-version-file", format!(
                     "CRI-O version file {vf} says {version:?}: a CRI-O whose major.minor is not {} (an in-place CRI-O upgrade), or any CRI-O after a reboot (the file is on tmpfs and will be gone), removes every pod at its first start when internal_wipe = true (the default), whatever the hashes say. Upgrade only the kubelet, keep CRI-O at {} until the pods are adopted. kubelet-rehash never touches this file.",
                     mm.as_deref().unwrap_or("the same"),
                     mm.as_deref().unwrap_or("the same version"),
-                ));
+                )).about(&self.version_file));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => w.push(format!(
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => w.push(Warning::warn("crio-version-file-missing", format!(
                 "CRI-O version file {vf} is missing: a CRI-O started now with internal_wipe = true (the default) removes every pod at start, whatever the hashes say (rewriting them cannot prevent that). kubelet-rehash never creates or touches this file."
-            )),
-            Err(e) => w.push(format!(
+            )).about(&self.version_file)),
+            Err(e) => w.push(Warning::warn("crio-version-file-unreadable", format!(
                 "CRI-O version file {vf} cannot be read ({e}): if CRI-O finds it missing or naming another major.minor at start it removes every pod (internal_wipe = true, the default)."
-            )),
+            )).about(&self.version_file)),
         }
         let supported = self
             .clean_shutdown_file
             .with_file_name("clean.shutdown.supported");
         if supported.exists() && !self.clean_shutdown_file.exists() {
-            w.push(format!(
+            w.push(Warning::warn("crio-unclean-shutdown", format!(
                 "{} is missing while {} exists: CRI-O did not shut down cleanly (or is running); with internal_repair = true it checks, repairs or wipes the storage at its next start. kubelet-rehash never touches this marker.",
                 self.clean_shutdown_file.display(),
                 supported.display()
-            ));
+            )).about(&self.clean_shutdown_file));
         }
         w
     }

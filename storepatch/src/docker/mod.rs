@@ -574,19 +574,8 @@ impl RuntimeStore for DockerStore {
             .collect();
         records.sort_by(|a, b| a.id.cmp(&b.id));
         let mut warnings = Vec::new();
-        if let Some(w) = self.live_restore().warning() {
-            warnings.push(w);
-        }
-        let bad = records
-            .iter()
-            .filter(|r| r.kind == RecordKind::Undecodable)
-            .count();
-        if bad > 0 {
-            warnings.push(format!(
-                "{bad} record(s) under {} could not be decoded; they are reported and left alone",
-                containers.display()
-            ));
-        }
+        warnings.extend(self.live_restore().warning());
+        // Undecodable records are reported by the plan, with their ids (one hazard, not two).
         Ok(ScanReport { records, warnings })
     }
 

@@ -68,15 +68,16 @@ impl LiveRestore {
     }
 
     /// The loud warning a plan must carry when live-restore is not known to be on.
-    pub fn warning(&self) -> Option<String> {
+    pub fn warning(&self) -> Option<crate::Warning> {
         match self {
             LiveRestore::On(_) => None,
-            LiveRestore::Off(src) => Some(format!(
+            // The pre-check refuses the patch on a known "off": block.
+            LiveRestore::Off(src) => Some(crate::Warning::block("docker-live-restore-off", format!(
                 "DANGER: dockerd live-restore is OFF ({src}): stopping dockerd KILLS EVERY CONTAINER on this node, and the rewritten hashes then protect nothing. Enable \"live-restore\": true in daemon.json and reload dockerd (SIGHUP) before stopping it"
-            )),
-            LiveRestore::Unknown(why) => Some(format!(
+            ))),
+            LiveRestore::Unknown(why) => Some(crate::Warning::warn("docker-live-restore-unknown", format!(
                 "DANGER: cannot tell whether dockerd live-restore is on ({why}): without it stopping dockerd KILLS EVERY CONTAINER. Check it (docker info: Live Restore Enabled) before stopping dockerd"
-            )),
+            ))),
         }
     }
 }
@@ -206,17 +207,21 @@ mod tests {
         fs::write(&dj, b"{not json").unwrap();
         let lr = live_restore(None, &pf, &dj);
         assert!(matches!(lr, LiveRestore::Unknown(_)));
-        assert!(lr.warning().unwrap().contains("KILLS EVERY CONTAINER"));
+        let w = lr.warning().unwrap();
+        assert_eq!(w.code, "docker-live-restore-unknown");
+        assert!(w.message.contains("KILLS EVERY CONTAINER"));
         fs::write(&dj, br#"{}"#).unwrap();
         assert!(matches!(
             live_restore(None, &pf, &dj),
             LiveRestore::Unknown(_)
         ));
         fs::write(&dj, br#"{"live-restore": false}"#).unwrap();
-        assert!(live_restore(None, &pf, &dj)
-            .warning()
-            .unwrap()
-            .contains("live-restore is OFF"));
+        let w = live_restore(None, &pf, &dj).warning().unwrap();
+        assert_eq!(
+            (w.code, w.severity),
+            ("docker-live-restore-off", crate::Severity::Block)
+        );
+        assert!(w.message.contains("live-restore is OFF"));
         // A running process's command line without the flag proves the default (off). Our
         // own test process stands in for dockerd: its command line has no --live-restore.
         fs::write(&pf, std::process::id().to_string()).unwrap();

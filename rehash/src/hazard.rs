@@ -1,0 +1,180 @@
+//! Hazards outside the hash: what an operator must know (or fix) before the window, each with
+//! a stable code so fleet tooling acts on `code` and `severity` instead of parsing sentences.
+//! The codes are listed in docs/report.md; a code is never reused for another meaning.
+
+use crate::plan::{Action, PlanRecord};
+use hashcompat::KubeletVersion;
+use serde::{Deserialize, Serialize};
+use storepatch::{RuntimeKind, Warning};
+
+pub use storepatch::Severity;
+
+/// One hazard of the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hazard {
+    /// Stable, kebab-case (docs/report.md).
+    pub code: String,
+    /// `block`: `patch` refuses (exit 3, nothing written) until it is dealt with; `warn`: shown.
+    pub severity: Severity,
+    /// What it means and what to do.
+    pub message: String,
+    /// The files it is about.
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// The container (or sandbox) ids it is about.
+    #[serde(default)]
+    pub containers: Vec<String>,
+    /// Where the upstream behaviour is documented (issue, changelog, source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+}
+
+impl Hazard {
+    /// A `warn` hazard.
+    pub fn warn(code: &str, message: impl Into<String>) -> Self {
+        Hazard {
+            code: code.to_string(),
+            severity: Severity::Warn,
+            message: message.into(),
+            files: Vec::new(),
+            containers: Vec::new(),
+            reference: None,
+        }
+    }
+
+    /// A `block` hazard.
+    pub fn block(code: &str, message: impl Into<String>) -> Self {
+        Hazard {
+            severity: Severity::Block,
+            ..Hazard::warn(code, message)
+        }
+    }
+
+    /// Names the upstream reference.
+    pub fn reference(mut self, r: &str) -> Self {
+        self.reference = Some(r.to_string());
+        self
+    }
+
+    /// Names the containers.
+    pub fn containers(mut self, ids: impl IntoIterator<Item = String>) -> Self {
+        self.containers.extend(ids);
+        self
+    }
+}
+
+impl From<&Warning> for Hazard {
+    fn from(w: &Warning) -> Self {
+        Hazard {
+            code: w.code.to_string(),
+            severity: w.severity,
+            message: w.message.clone(),
+            files: w.files.clone(),
+            containers: Vec::new(),
+            reference: None,
+        }
+    }
+}
+
+/// Known upgrade (and downgrade) hazards outside the hash, from the versions, the runtime and
+/// the records.
+pub(crate) fn version_hazards(
+    runtime: RuntimeKind,
+    from: KubeletVersion,
+    to: KubeletVersion,
+    records: &[PlanRecord],
+) -> Vec<Hazard> {
+    let mut w = Vec::new();
+    if runtime == RuntimeKind::Docker && to.minor() >= 24 && from.minor() < 24 {
+        w.push(
+            Hazard::warn(
+                "dockershim-removed",
+                format!(
+                    "kubelet {to} has no dockershim (removed in 1.24): this node needs cri-dockerd, which keeps the same Docker labels"
+                ),
+            )
+            .reference("https://kubernetes.io/blog/2022/02/17/dockershim-faq/"),
+        );
+    }
+    if runtime == RuntimeKind::Docker && to.minor() < 24 && from.minor() >= 24 {
+        w.push(Hazard::warn(
+            "dockershim-returns",
+            format!(
+                "kubelet {to} talks to Docker through its built-in dockershim, kubelet {from} through cri-dockerd: stop cri-dockerd and drop --container-runtime-endpoint when going back"
+            ),
+        ));
+    }
+    if from.minor() < 14 && to.minor() >= 14 {
+        w.push(Hazard::warn("log-path-moved", "kubelet 1.14 moved container logs to /var/log/pods/<namespace>_<pod>_<uid>/<container>/<n>.log: containers adopted from an older kubelet keep their old log paths (kubectl logs may miss them until they restart)"));
+    }
+    let undecodable: Vec<String> = records
+        .iter()
+        .filter(|r| r.action == Action::Undecodable)
+        .map(|r| r.id.clone())
+        .collect();
+    if !undecodable.is_empty() {
+        w.push(
+            Hazard::warn(
+                "undecodable-records",
+                format!(
+                    "{} store record(s) cannot be decoded; the runtime may drop them on restart and the kubelet start a second copy",
+                    undecodable.len()
+                ),
+            )
+            .containers(undecodable),
+        );
+    }
+    w
+}
+
+/// The hazards of the kubelet's checkpoint files for the kubelet `to` (kubeletstate decides,
+/// computing each file's checksum as that version does).
+pub(crate) fn checkpoint_hazards(
+    findings: &[kubeletstate::Finding],
+    to: KubeletVersion,
+) -> Vec<Hazard> {
+    use kubeletstate::{Severity as S, Verdict};
+    let mut out = Vec::new();
+    for f in findings {
+        let file = f.path.display().to_string();
+        let (code, severity, what) = match (&f.verdict, f.severity) {
+            (Verdict::Rejected { reason }, S::Block) => (
+                "checkpoint-rejected",
+                Severity::Block,
+                format!("kubelet {to} rejects {file} ({reason}) and will not start: the node goes NotReady and its pods are evicted"),
+            ),
+            (Verdict::Rejected { reason }, _) => (
+                "checkpoint-state-lost",
+                Severity::Warn,
+                format!("kubelet {to} rejects {file} ({reason}) and starts without the state it holds"),
+            ),
+            (Verdict::Undetermined { reason }, _) => (
+                "checkpoint-undetermined",
+                Severity::Warn,
+                format!("cannot tell whether kubelet {to} accepts {file}: {reason}"),
+            ),
+            (Verdict::Accepted | Verdict::NotRead { .. }, _) => continue,
+        };
+        let remedy = if f.remedy.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", f.remedy)
+        };
+        let set_aside = if severity == Severity::Block {
+            " (`patch --set-aside-checkpoints` moves it into the backup; `rollback` puts it back)"
+        } else {
+            ""
+        };
+        let mut h = Hazard {
+            code: code.to_string(),
+            severity,
+            message: format!("{what}{remedy}{set_aside}"),
+            files: vec![file],
+            containers: Vec::new(),
+            reference: None,
+        };
+        h = h.reference(f.reference);
+        out.push(h);
+    }
+    out
+}
