@@ -7,7 +7,8 @@
 #   - that it reproduces fixtures/golden/hashes.jsonl byte for byte from specs.jsonl;
 #   - the output tests that pin what operators read (cli/tests/snapshots.rs: the plan table and
 #     report of every bundled node, the patch report, every --help; hash_cmd.rs; dist.rs),
-#     run against the artifact instead of the test build.
+#     run against the artifact instead of the test build;
+#   - the container image of scripts/image.sh under a private real dockerd (cli/tests/image.rs).
 # The arm64 binary runs under Debian's qemu-aarch64-static (user-mode emulation), called
 # directly. Prints the emulated golden-set time.
 set -euo pipefail
@@ -75,4 +76,9 @@ for arch in amd64 arm64; do
     KUBELET_REHASH_BIN="$b" KUBELET_REHASH_RUNNER="${runner[$arch]}" \
         cargo test --release -p kubelet-rehash --test snapshots --test hash_cmd --test dist
 done
-echo "test-release.sh: both release binaries are static and give the reviewed output"
+
+# The FROM scratch image (scripts/image.sh) around the amd64 artifact, under a private real
+# dockerd, plans a mounted copy of every bundled node exactly as the host binary does.
+KUBELET_REHASH_BIN="$work/kubelet-rehash-$version-linux-amd64/kubelet-rehash" \
+    cargo test --release -p kubelet-rehash --test image -- --ignored
+echo "test-release.sh: both release binaries are static and give the reviewed output; so does the image"

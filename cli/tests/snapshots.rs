@@ -11,50 +11,11 @@ mod under_test;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use under_test::kubelet_rehash;
+use under_test::{kubelet_rehash, NODES};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
 }
-
-/// Each bundled node, the flags that name its store (relative to the node's directory), and
-/// the target its snapshot plans for.
-const NODES: [(&str, &str, &[&str]); 4] = [
-    (
-        "containerd-1.6",
-        "1.31",
-        &["--runtime", "containerd", "--root", "var/lib/containerd"],
-    ),
-    (
-        "containerd-1.7",
-        "1.31",
-        &["--runtime", "containerd", "--root", "var/lib/containerd"],
-    ),
-    (
-        "crio-1.30",
-        "1.31",
-        &[
-            "--runtime",
-            "crio",
-            "--root",
-            "var/lib/containers/storage",
-            "--runroot",
-            "run/containers/storage",
-        ],
-    ),
-    (
-        "docker-20.10",
-        "1.24",
-        &[
-            "--runtime",
-            "docker",
-            "--root",
-            "var/lib/docker",
-            "--live-restore",
-            "true",
-        ],
-    ),
-];
 
 /// Runs the binary in `dir` with a running check pointed at nothing.
 fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {

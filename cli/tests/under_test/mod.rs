@@ -3,6 +3,8 @@
 //! binary, and `KUBELET_REHASH_RUNNER` at qemu-aarch64-static for the arm64 one (empty: none), so the
 //! artifacts must print exactly the reviewed snapshots and golden hashes this build prints.
 
+#![allow(dead_code)] // each test file uses a part
+
 use std::process::Command;
 
 /// A command that runs the binary under test (no arguments yet).
@@ -18,3 +20,42 @@ pub fn kubelet_rehash() -> Command {
         None => Command::new(bin),
     }
 }
+
+/// Each bundled node, the flags that name its store (relative to the node's directory), and
+/// the target its snapshot plans for.
+pub const NODES: [(&str, &str, &[&str]); 4] = [
+    (
+        "containerd-1.6",
+        "1.31",
+        &["--runtime", "containerd", "--root", "var/lib/containerd"],
+    ),
+    (
+        "containerd-1.7",
+        "1.31",
+        &["--runtime", "containerd", "--root", "var/lib/containerd"],
+    ),
+    (
+        "crio-1.30",
+        "1.31",
+        &[
+            "--runtime",
+            "crio",
+            "--root",
+            "var/lib/containers/storage",
+            "--runroot",
+            "run/containers/storage",
+        ],
+    ),
+    (
+        "docker-20.10",
+        "1.24",
+        &[
+            "--runtime",
+            "docker",
+            "--root",
+            "var/lib/docker",
+            "--live-restore",
+            "true",
+        ],
+    ),
+];
