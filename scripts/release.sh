@@ -55,7 +55,7 @@ mkdir -p "$gen/completions" "$gen/man/man1"
 "$host_bin" completions bash > "$gen/completions/kubelet-rehash.bash"
 "$host_bin" completions zsh > "$gen/completions/_kubelet-rehash"
 "$host_bin" completions fish > "$gen/completions/kubelet-rehash.fish"
-"$host_bin" man "$gen/man/man1" 2>/dev/null
+"$host_bin" man "$gen/man/man1"
 
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 for t in "${targets[@]}"; do

@@ -25,10 +25,12 @@ fail() { echo "test-release.sh: $*" >&2; exit 1; }
 
 (cd dist && sha256sum --strict -c SHA256SUMS) || fail "dist/SHA256SUMS does not match the tarballs"
 
+# `cargo test --workspace` as in test.sh, so features resolve as in the suite's own run and the
+# test binaries it built are reused, not rebuilt.
 # The output tests must really run the binary KUBELET_REHASH_BIN names: pointed at nothing,
 # they fail.
 if KUBELET_REHASH_BIN=/nonexistent/kubelet-rehash \
-    cargo test --release -p kubelet-rehash --test dist >"$work/guard.log" 2>&1; then
+    cargo test --workspace --release --test dist >"$work/guard.log" 2>&1; then
     fail "the output tests passed without a binary: they do not run KUBELET_REHASH_BIN"
 fi
 grep -q 'kind: NotFound' "$work/guard.log" || { cat "$work/guard.log" >&2; fail "the output tests failed for another reason than the missing binary"; }
@@ -74,11 +76,11 @@ for arch in amd64 arm64; do
     echo "test-release.sh: $arch${runner[$arch]:+ (under ${runner[$arch]})}: fixtures/golden/hashes.jsonl reproduced byte for byte ($(wc -l < fixtures/golden/hashes.jsonl) lines) in $(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }") s"
 
     KUBELET_REHASH_BIN="$b" KUBELET_REHASH_RUNNER="${runner[$arch]}" \
-        cargo test --release -p kubelet-rehash --test snapshots --test hash_cmd --test dist
+        cargo test --workspace --release --test snapshots --test hash_cmd --test dist
 done
 
 # The FROM scratch image (scripts/image.sh) around the amd64 artifact, under a private real
 # dockerd, plans a mounted copy of every bundled node exactly as the host binary does.
 KUBELET_REHASH_BIN="$work/kubelet-rehash-$version-linux-amd64/kubelet-rehash" \
-    cargo test --release -p kubelet-rehash --test image -- --ignored
+    cargo test --workspace --release --test image -- --ignored
 echo "test-release.sh: both release binaries are static and give the reviewed output; so does the image"

@@ -1,9 +1,9 @@
 //! What ships beside the binary, generated from the same clap definitions it parses with: the
-//! `--version` text, shell completions and the man page (`scripts/release.sh` packs them).
+//! `--version` text, shell completions and the man pages (`scripts/release.sh` packs them).
 
 use hashcompat::KubeletVersion;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 /// One bundled real node of `fixtures/nodes/` (read by build.rs): the runtime that wrote its
@@ -61,16 +61,10 @@ pub fn completions(
 
 /// One man page per command into `dir` (`kubelet-rehash.1`, `kubelet-rehash-plan.1`, …, as
 /// git and cargo ship theirs): a page per subcommand keeps each SYNOPSIS and OPTIONS readable.
-pub fn man_pages(cmd: clap::Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub fn man_pages(cmd: clap::Command, dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     // roff would run the multi-line `--version` text into one paragraph; the page's VERSION
     // section gets the plain version, and `--version` itself stays the full text.
     let cmd = cmd.long_version(None::<&'static str>);
-    clap_mangen::generate_to(cmd, dir)?;
-    let mut pages: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    pages.retain(|p| p.extension().is_some_and(|e| e == "1"));
-    pages.sort();
-    Ok(pages)
+    clap_mangen::generate_to(cmd, dir)
 }

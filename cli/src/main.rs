@@ -619,12 +619,7 @@ fn main() -> ExitCode {
             .map(|_| exit::OK)
             .map_err(Failure::output),
         Command::Man { dir } => dist::man_pages(Cli::command(), dir)
-            .map(|pages| {
-                for p in pages {
-                    eprintln!("{}", p.display());
-                }
-                exit::OK
-            })
+            .map(|_| exit::OK)
             .map_err(|e| Failure {
                 code: exit::FAILURE,
                 msg: format!("cannot write man pages into {}: {e}", dir.display()),

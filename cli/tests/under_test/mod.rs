@@ -1,7 +1,9 @@
-//! The binary the output tests (`snapshots.rs`, `hash_cmd.rs`) run: this build's, or a release
-//! artifact. scripts/test-release.sh points `KUBELET_REHASH_BIN` at each extracted release
-//! binary, and `KUBELET_REHASH_RUNNER` at qemu-aarch64-static for the arm64 one (empty: none), so the
-//! artifacts must print exactly the reviewed snapshots and golden hashes this build prints.
+//! What the output tests share: the binary they run (`snapshots.rs`, `hash_cmd.rs`, `dist.rs`),
+//! and the bundled nodes with their store flags (`snapshots.rs`, `image.rs`). The binary is
+//! this build's, or a release artifact: scripts/test-release.sh points `KUBELET_REHASH_BIN` at
+//! each extracted release binary, and `KUBELET_REHASH_RUNNER` at qemu-aarch64-static for the
+//! arm64 one (empty: none), so the artifacts must print exactly the reviewed snapshots and
+//! golden hashes this build prints.
 
 #![allow(dead_code)] // each test file uses a part
 
