@@ -41,6 +41,11 @@ if grep -q -a KUBELET_REHASH_CRASH_AT "$bin"; then
 fi
 echo "test.sh: production $bin carries no crash-injection code"
 
+# The release artifacts: both static musl binaries (arm64 under qemu user emulation) reproduce
+# the golden hashes and the reviewed plan output of every bundled node, and the FROM scratch
+# image under a private dockerd plans mounted node copies as the host binary does.
+scripts/test-release.sh
+
 if [ -x scripts/fuzz-smoke.sh ]; then
     scripts/fuzz-smoke.sh
 fi

@@ -2,11 +2,12 @@
 //! containers. Flags in, the `rehash` library's typed results out as tables, JSON and exit
 //! codes; no workflow logic and no runtime-specific code lives here.
 
+mod dist;
 mod hash_cmd;
 mod render;
 mod spinner;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use hashcompat::KubeletVersion;
 use rehash::static_pods::StaticManifests;
 use rehash::{Error, ErrorClass, From, NodeFiles, Plan, StoreLocation};
@@ -44,6 +45,7 @@ const EXIT_CODES_HELP: &str = "Exit codes:
 #[command(
     name = "kubelet-rehash",
     version,
+    long_version = dist::long_version(),
     about = "Upgrade a node's kubelet across minor versions (1.8–1.36) without restarting its containers",
     long_about = "Upgrade a node's kubelet across minor versions (1.8–1.36) without restarting its containers.\n\nThe kubelet stores a hash of every container's spec in the container runtime, and restarts any container whose hash it computes differently. A newer kubelet computes different hashes, so an upgrade restarts every container of the node. kubelet-rehash computes each container's hash exactly as the target kubelet will, proves that the stored hash is what the current kubelet computed, and rewrites it in the stopped runtime's store, with backups and byte-exact rollback.",
     after_help = EXIT_CODES_HELP
@@ -159,6 +161,16 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Print the shell completion script for SHELL (e.g. `kubelet-rehash completions bash >
+    /// /etc/bash_completion.d/kubelet-rehash`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (kubelet-rehash.1, kubelet-rehash-plan.1, …) into DIR, for
+    /// packagers (scripts/release.sh).
+    #[command(hide = true)]
+    Man { dir: PathBuf },
 }
 
 #[derive(Args, Clone)]
@@ -685,6 +697,15 @@ fn main() -> ExitCode {
         Command::Versions { output } => cmd_versions(*output, &mut out)
             .map(|_| exit::OK)
             .map_err(Failure::output),
+        Command::Completions { shell } => dist::completions(*shell, Cli::command(), &mut out)
+            .map(|_| exit::OK)
+            .map_err(Failure::output),
+        Command::Man { dir } => dist::man_pages(Cli::command(), dir)
+            .map(|_| exit::OK)
+            .map_err(|e| Failure {
+                code: exit::FAILURE,
+                msg: format!("cannot write man pages into {}: {e}", dir.display()),
+            }),
     };
     let code = match result {
         Ok(code) => code,

@@ -1,19 +1,18 @@
 //! `kubelet-rehash hash` and `versions` through the binary.
 
+mod under_test;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
+use std::process::Stdio;
+use under_test::kubelet_rehash;
 
 fn golden() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden")
 }
 
 fn run(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
-    let mut child = Command::new(bin())
+    let mut child = kubelet_rehash()
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

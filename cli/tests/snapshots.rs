@@ -7,59 +7,19 @@
 //! The commands run inside each node's directory with relative paths, so no checkout path
 //! appears in the output; timings and the temp backup path are redacted.
 
+mod under_test;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
+use under_test::{kubelet_rehash, NODES};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
 }
 
-/// Each bundled node, the flags that name its store (relative to the node's directory), and
-/// the target its snapshot plans for.
-const NODES: [(&str, &str, &[&str]); 4] = [
-    (
-        "containerd-1.6",
-        "1.31",
-        &["--runtime", "containerd", "--root", "var/lib/containerd"],
-    ),
-    (
-        "containerd-1.7",
-        "1.31",
-        &["--runtime", "containerd", "--root", "var/lib/containerd"],
-    ),
-    (
-        "crio-1.30",
-        "1.31",
-        &[
-            "--runtime",
-            "crio",
-            "--root",
-            "var/lib/containers/storage",
-            "--runroot",
-            "run/containers/storage",
-        ],
-    ),
-    (
-        "docker-20.10",
-        "1.24",
-        &[
-            "--runtime",
-            "docker",
-            "--root",
-            "var/lib/docker",
-            "--live-restore",
-            "true",
-        ],
-    ),
-];
-
 /// Runs the binary in `dir` with a running check pointed at nothing.
 fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(bin())
+    let out = kubelet_rehash()
         .current_dir(dir)
         .args(args)
         .args([
@@ -103,8 +63,9 @@ fn help_texts() {
         Some("rollback"),
         Some("hash"),
         Some("versions"),
+        Some("completions"),
     ] {
-        let mut cmd = Command::new(bin());
+        let mut cmd = kubelet_rehash();
         cmd.args(sub).arg("--help");
         let out = cmd.output().expect("the binary runs");
         assert!(out.status.success(), "--help of {sub:?} exits 0");
