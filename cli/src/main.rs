@@ -176,7 +176,17 @@ struct StoreFlags {
     /// CRI-O: the containers/storage runroot (discovered when absent).
     #[arg(long)]
     runroot: Option<PathBuf>,
+    /// Where the node's / is mounted, e.g. /host in a privileged Job (also
+    /// KUBELET_REHASH_HOST_ROOT). Every default path (runtime configuration files, store roots,
+    /// sockets, pid files, the default backup directory) is resolved inside it, symbolic links
+    /// as if chrooted there; paths given explicitly (--root, --pods, ...) are taken as given.
+    /// `/` is the same as leaving it out.
+    #[arg(long, value_name = "DIR")]
+    host_root: Option<PathBuf>,
 }
+
+/// The environment variable standing for `--host-root` (a Job's manifest sets it once).
+const HOST_ROOT_ENV: &str = "KUBELET_REHASH_HOST_ROOT";
 
 impl StoreFlags {
     fn location(&self) -> Result<StoreLocation, Failure> {
@@ -198,6 +208,11 @@ impl StoreFlags {
                 daemon_json: self.daemon_json.clone(),
                 runroot: self.runroot.clone(),
             },
+            host_root: self.host_root.clone().or_else(|| {
+                std::env::var_os(HOST_ROOT_ENV)
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            }),
         })
     }
 }
@@ -358,7 +373,10 @@ fn cmd_patch(
         return Ok(plan_exit(&plan));
     }
     let backup = rehash::BackupOptions {
-        dir: backup_dir.unwrap_or_else(|| rehash::default_backup_dir(store.kind())),
+        dir: match backup_dir {
+            Some(dir) => dir,
+            None => flags.store.location()?.default_backup_dir(store.kind())?,
+        },
     };
     let progress = spinner::Stderr::default();
     let done = match rehash::patch(&plan, store.as_ref(), &backup, &progress) {
