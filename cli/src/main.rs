@@ -154,14 +154,18 @@ enum Command {
 
 #[derive(Args, Clone)]
 struct StoreFlags {
-    /// docker, containerd or crio; detected from --root (or the node's default roots) when absent.
+    /// docker, containerd or crio; detected from --root (or from the node's known layouts)
+    /// when absent.
     #[arg(long)]
     runtime: Option<String>,
     /// The runtime's root: Docker data-root, containerd root (holding
-    /// io.containerd.metadata.v1.bolt/meta.db), or CRI-O graphroot.
+    /// io.containerd.metadata.v1.bolt/meta.db), or CRI-O graphroot. Default: the one store
+    /// among the node's known layouts (stock, k3s, RKE2, MicroK8s; moved roots read from the
+    /// runtime's configuration file).
     #[arg(long)]
     root: Option<PathBuf>,
-    /// The runtime's API socket, for the running check (default: the runtime's usual path).
+    /// The runtime's API socket, for the running check (default: the socket of the node's layout,
+    /// or the one its configuration file names).
     #[arg(long)]
     runtime_socket: Option<PathBuf>,
     /// dockerd's (or crio's) pid file, for the running check.
