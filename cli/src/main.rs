@@ -211,6 +211,7 @@ impl StoreFlags {
                 live_restore: self.live_restore,
                 daemon_json: self.daemon_json.clone(),
                 runroot: self.runroot.clone(),
+                ..StoreOptions::default()
             },
             host_root: self.host_root.clone().or_else(|| {
                 std::env::var_os(HOST_ROOT_ENV)

@@ -168,16 +168,17 @@ fn moved_docker_data_root_plans_as_with_its_root_given() {
 }
 
 #[test]
-fn crio_storage_conf_graphroot_plans_as_with_its_root_given() {
+fn crio_storage_conf_runroot_plans_as_with_it_given() {
     let n = Node::new();
-    let store = n.place("crio-1.30/var/lib/containers/storage", "/srv/storage");
-    let runroot = n.place(
-        "crio-1.30/run/containers/storage",
-        "/run/containers/storage",
+    let store = n.place(
+        "crio-1.30/var/lib/containers/storage",
+        "/var/lib/containers/storage",
     );
+    let runroot = n.place("crio-1.30/run/containers/storage", "/run/cstorage");
+    n.place("crio-1.30/run/crio", "/var/run/crio");
     n.write(
         "/etc/containers/storage.conf",
-        "[storage]\ndriver = \"overlay\"\ngraphroot = \"/srv/storage\"\n",
+        "[storage]\ndriver = \"overlay\"\nrunroot = \"/run/cstorage\"\n",
     );
     same_plan_as_explicit_root(
         &n,
@@ -185,6 +186,20 @@ fn crio_storage_conf_graphroot_plans_as_with_its_root_given() {
         "1.31",
         &store,
         &["--runroot".as_ref(), runroot.as_os_str()],
+    );
+    // Without it, the runroot copies would be missed: the plan says so.
+    let pods = fixture("crio-1.30/pods.json");
+    let out = plan(&pods, "1.31", &["--root".as_ref(), store.as_os_str()]);
+    assert!(
+        text(&out.stdout).contains("no CRI-O runroot found"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = plan(&pods, "1.31", &["--host-root".as_ref(), n.root.as_os_str()]);
+    assert!(
+        !text(&out.stdout).contains("runroot"),
+        "{}",
+        text(&out.stdout)
     );
 }
 

@@ -23,6 +23,9 @@ pub struct StoreOptions {
     pub daemon_json: Option<PathBuf>,
     /// CRI-O: the containers/storage runroot (discovered when absent).
     pub runroot: Option<PathBuf>,
+    /// The node's `/` as seen from here: the back-ends resolve the fixed node paths they read
+    /// themselves (`/proc` for pid files' pids, CRI-O's version file) inside it.
+    pub host: crate::layout::HostRoot,
 }
 
 /// What one runtime's running daemon says about one container.
@@ -181,6 +184,11 @@ impl StoreOptions {
             live_restore: self.live_restore.or(defaults.live_restore),
             daemon_json: self.daemon_json.or(defaults.daemon_json),
             runroot: self.runroot.or(defaults.runroot),
+            host: if self.host.dir().is_some() {
+                self.host
+            } else {
+                defaults.host
+            },
         }
     }
 }

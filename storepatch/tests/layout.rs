@@ -295,6 +295,27 @@ fn crio_graphroot_and_runroot_moved_in_storage_conf_and_crio_conf_d() {
         "the runroot from storage.conf is used: {:?}",
         scan.warnings
     );
+    // CRI-O's version file is the node's, found through its /var/run -> /run link.
+    let missing = n.at("/var/run/crio/version").display().to_string();
+    assert!(
+        scan.warnings
+            .iter()
+            .any(|w| w.contains(&missing) && w.contains("is missing")),
+        "{:?}",
+        scan.warnings
+    );
+    n.place("crio-1.30/run/crio", "/run/crio");
+    std::fs::create_dir_all(n.at("/var")).unwrap();
+    symlink("/run", n.at("/var/run")).unwrap();
+    let store = f.kind.runtime().open(&f.root, &f.defaults).unwrap();
+    let warnings = store.scan().unwrap().warnings;
+    let version_file = n.at("/run/crio/version").display().to_string();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains(&version_file) && w.contains("says")),
+        "{warnings:?}"
+    );
     // [crio] root wins over storage.conf's graphroot.
     let moved = n.place("crio-1.30/var/lib/containers/storage", "/var/lib/crio-root");
     n.write(

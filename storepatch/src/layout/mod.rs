@@ -255,6 +255,7 @@ impl Layout {
                 (crio.root, None)
             }
         };
+        options.host = host.clone();
         let root = d.path(root.as_deref().unwrap_or(self.default_root()))?;
         Ok(Discovered {
             layout: self,
