@@ -47,7 +47,8 @@ pub struct LiveContainer {
 pub trait Runtime: Send + Sync {
     /// Which runtime this is.
     fn kind(&self) -> RuntimeKind;
-    /// Where the store lives on a stock node.
+    /// Where the store lives on a stock node (the other distributions' places are in
+    /// [`crate::layout`]).
     fn default_root(&self) -> &'static Path;
     /// The API endpoint of a stock node (`unix://…`).
     fn default_endpoint(&self) -> String;

@@ -133,9 +133,10 @@ impl Layout {
     /// The store root when no configuration moves it.
     pub fn default_root(self) -> &'static Path {
         Path::new(match self {
-            Layout::Docker => "/var/lib/docker",
-            Layout::Containerd => "/var/lib/containerd",
-            Layout::Crio => crate::crio::DEFAULT_GRAPHROOT,
+            // The stock layouts are the runtimes' own defaults.
+            Layout::Docker | Layout::Containerd | Layout::Crio => {
+                return self.runtime().runtime().default_root()
+            }
             Layout::K3s => "/var/lib/rancher/k3s/agent/containerd",
             Layout::Rke2 => "/var/lib/rancher/rke2/agent/containerd",
             Layout::MicroK8s => "/var/snap/microk8s/common/var/lib/containerd",
