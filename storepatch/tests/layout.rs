@@ -469,3 +469,23 @@ fn hostile_links_in_the_node_are_resolved_inside_it() {
     assert_eq!(HostRoot::new(Path::new("/")).unwrap(), HostRoot::none());
     assert!(HostRoot::new(&outside).is_err());
 }
+
+#[test]
+fn a_root_of_no_known_layout_gets_the_runtime_defaults_but_not_another_stores_runroot() {
+    let n = Node::new();
+    n.place(
+        "crio-1.30/run/containers/storage",
+        "/run/containers/storage",
+    );
+    let copy = n.place("crio-1.30/var/lib/containers/storage", "/backup/storage");
+    let f = layout::find(&n.host(), None, Some(&copy)).unwrap();
+    assert_eq!((f.kind, f.layout), (RuntimeKind::Crio, None));
+    assert_eq!(
+        f.defaults.runroot, None,
+        "the stock runroot belongs to the stock graphroot"
+    );
+    assert_eq!(
+        f.defaults.socket.as_deref(),
+        Some(n.at("/var/run/crio/crio.sock").as_path())
+    );
+}

@@ -474,7 +474,12 @@ pub fn find(
             kind,
             root: root.to_path_buf(),
             layout: None,
-            defaults: stock.options,
+            // The runroot goes with its graphroot, not with the runtime: the store finds the
+            // one beside this root itself.
+            defaults: StoreOptions {
+                runroot: None,
+                ..stock.options
+            },
         });
     }
     let mut looked = Vec::new();
