@@ -63,6 +63,9 @@ pub struct DockerOptions {
     /// The procfs of dockerd's pid namespace, where the pidfile's pid is looked up
     /// ([`running::procfs`]): the node's `/proc` under a host root.
     pub proc: PathBuf,
+    /// The node's `/` (under a host root): a `--config-file` on the running dockerd's command
+    /// line is resolved inside it.
+    pub host: crate::layout::HostRoot,
 }
 
 impl Default for DockerOptions {
@@ -73,6 +76,7 @@ impl Default for DockerOptions {
             daemon_json: "/etc/docker/daemon.json".into(),
             live_restore: None,
             proc: "/proc".into(),
+            host: crate::layout::HostRoot::none(),
         }
     }
 }
@@ -183,6 +187,7 @@ impl DockerStore {
             &self.opts.pidfile,
             &self.opts.daemon_json,
             &self.opts.proc,
+            &self.opts.host,
         )
     }
 

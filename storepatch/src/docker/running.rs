@@ -118,12 +118,14 @@ fn default_off(cmdline_read: bool, why: String) -> LiveRestore {
 
 /// Works out `live-restore`: an explicit flag value wins, then the command line of the running
 /// dockerd (from the pidfile, looked up in `proc` as for [`dockerd_running`]), then
-/// `daemon.json` (absent key or file: dockerd's default, off).
+/// `daemon.json` (absent key or file: dockerd's default, off). A `--config-file` on that
+/// command line is a node path: it is resolved inside `host`.
 pub fn live_restore(
     flag: Option<bool>,
     pidfile: &Path,
     daemon_json: &Path,
     proc: &Path,
+    host: &crate::layout::HostRoot,
 ) -> LiveRestore {
     if let Some(on) = flag {
         let src = "as given on the command line".to_string();
@@ -136,6 +138,7 @@ pub fn live_restore(
     let mut from_cmdline = None;
     let mut cmdline_read = false;
     let mut config_file = daemon_json.to_path_buf();
+    let mut from_flag = false;
     if let Some(pid) = live_pid(pidfile, proc) {
         if let Ok(raw) = fs::read(procfs(proc).join(pid.to_string()).join("cmdline")) {
             cmdline_read = true;
@@ -151,12 +154,25 @@ pub fn live_restore(
                     "--config-file" => {
                         if let Some(p) = it.peek() {
                             config_file = p.into();
+                            from_flag = true;
                         }
                     }
                     s if s.starts_with("--config-file=") => {
                         config_file = s["--config-file=".len()..].into();
+                        from_flag = true;
                     }
                     _ => {}
+                }
+            }
+            if from_flag {
+                match host.resolve(&config_file) {
+                    Ok(p) => config_file = p,
+                    Err(e) => {
+                        return LiveRestore::Unknown(format!(
+                            "the running dockerd's --config-file {}: {e}",
+                            config_file.display()
+                        ))
+                    }
                 }
             }
             if let Some(on) = from_cmdline {
@@ -204,6 +220,8 @@ pub fn live_restore(
 mod tests {
     use super::*;
 
+    use crate::layout::HostRoot;
+
     fn own() -> &'static Path {
         Path::new("/proc")
     }
@@ -230,8 +248,25 @@ mod tests {
         let ev = dockerd_running(&pf, &sock, &node_proc).expect("alive on the node");
         assert!(ev.contains("(dockerd)"), "{ev}");
         assert!(
-            matches!(live_restore(None, &pf, &dj, &node_proc), LiveRestore::On(s) if s.contains("command line"))
+            matches!(live_restore(None, &pf, &dj, &node_proc, &HostRoot::none()), LiveRestore::On(s) if s.contains("command line"))
         );
+        // A --config-file on the node's command line is the node's file.
+        let host = d.path().join("host");
+        fs::create_dir_all(host.join("etc")).unwrap();
+        fs::write(host.join("etc/dockerd.json"), br#"{"live-restore": true}"#).unwrap();
+        fs::write(
+            node_proc.join(pid).join("cmdline"),
+            b"dockerd\0--config-file=/etc/dockerd.json\0",
+        )
+        .unwrap();
+        let host = HostRoot::new(&host).unwrap();
+        let lr = live_restore(None, &pf, &dj, &node_proc, &host);
+        assert!(
+            matches!(&lr, LiveRestore::On(s) if s.contains("host/etc/dockerd.json")),
+            "{lr:?}"
+        );
+        let lr = live_restore(None, &pf, &dj, &node_proc, &HostRoot::none());
+        assert!(!lr.is_on(), "this machine has no /etc/dockerd.json: {lr:?}");
         // A directory that is no procfs (the node's / mounted without its /proc) is not
         // trusted to say "not running": ours is asked, as on the node itself.
         fs::remove_dir(node_proc.join("1")).unwrap();
@@ -246,7 +281,10 @@ mod tests {
         let dj = d.path().join("daemon.json");
         // dockerd stopped and no daemon.json: its unit file may pass --live-restore.
         assert!(
-            matches!(live_restore(None, &pf, &dj, own()), LiveRestore::Unknown(_)),
+            matches!(
+                live_restore(None, &pf, &dj, own(), &HostRoot::none()),
+                LiveRestore::Unknown(_)
+            ),
             "no setting and no running dockerd is unknown, not off"
         );
         fs::write(
@@ -254,27 +292,27 @@ mod tests {
             br#"{"live-restore": true, "storage-driver": "overlay2"}"#,
         )
         .unwrap();
-        assert!(live_restore(None, &pf, &dj, own()).is_on());
+        assert!(live_restore(None, &pf, &dj, own(), &HostRoot::none()).is_on());
         assert!(matches!(
-            live_restore(Some(false), &pf, &dj, own()),
+            live_restore(Some(false), &pf, &dj, own(), &HostRoot::none()),
             LiveRestore::Off(_)
         ));
         fs::write(&dj, br#"{"live-restore": "yes"}"#).unwrap();
         assert!(matches!(
-            live_restore(None, &pf, &dj, own()),
+            live_restore(None, &pf, &dj, own(), &HostRoot::none()),
             LiveRestore::Unknown(_)
         ));
         fs::write(&dj, b"{not json").unwrap();
-        let lr = live_restore(None, &pf, &dj, own());
+        let lr = live_restore(None, &pf, &dj, own(), &HostRoot::none());
         assert!(matches!(lr, LiveRestore::Unknown(_)));
         assert!(lr.warning().unwrap().contains("KILLS EVERY CONTAINER"));
         fs::write(&dj, br#"{}"#).unwrap();
         assert!(matches!(
-            live_restore(None, &pf, &dj, own()),
+            live_restore(None, &pf, &dj, own(), &HostRoot::none()),
             LiveRestore::Unknown(_)
         ));
         fs::write(&dj, br#"{"live-restore": false}"#).unwrap();
-        assert!(live_restore(None, &pf, &dj, own())
+        assert!(live_restore(None, &pf, &dj, own(), &HostRoot::none())
             .warning()
             .unwrap()
             .contains("live-restore is OFF"));
@@ -283,7 +321,10 @@ mod tests {
         fs::write(&pf, std::process::id().to_string()).unwrap();
         fs::write(&dj, br#"{}"#).unwrap();
         assert!(
-            matches!(live_restore(None, &pf, &dj, own()), LiveRestore::Off(_)),
+            matches!(
+                live_restore(None, &pf, &dj, own(), &HostRoot::none()),
+                LiveRestore::Off(_)
+            ),
             "a read command line without the flag and no key is off"
         );
     }

@@ -52,6 +52,7 @@ impl Runtime for Docker {
                 .host
                 .resolve(proc)
                 .map_err(|e| StoreError::io(proc, e))?;
+            o.host = options.host.clone();
         }
         Ok(Box::new(DockerStore::with_options(root, o)?))
     }
