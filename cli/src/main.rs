@@ -175,14 +175,18 @@ enum Command {
 
 #[derive(Args, Clone)]
 struct StoreFlags {
-    /// docker, containerd or crio; detected from --root (or the node's default roots) when absent.
+    /// docker, containerd or crio; detected from --root (or from the node's known layouts)
+    /// when absent.
     #[arg(long)]
     runtime: Option<String>,
     /// The runtime's root: Docker data-root, containerd root (holding
-    /// io.containerd.metadata.v1.bolt/meta.db), or CRI-O graphroot.
+    /// io.containerd.metadata.v1.bolt/meta.db), or CRI-O graphroot. Default: the one store
+    /// among the node's known layouts (stock, k3s, RKE2, MicroK8s; moved roots read from the
+    /// runtime's configuration file).
     #[arg(long)]
     root: Option<PathBuf>,
-    /// The runtime's API socket, for the running check (default: the runtime's usual path).
+    /// The runtime's API socket, for the running check (default: the socket of the node's layout,
+    /// or the one its configuration file names).
     #[arg(long)]
     runtime_socket: Option<PathBuf>,
     /// dockerd's (or crio's) pid file, for the running check.
@@ -197,7 +201,17 @@ struct StoreFlags {
     /// CRI-O: the containers/storage runroot (discovered when absent).
     #[arg(long)]
     runroot: Option<PathBuf>,
+    /// Where the node's / is mounted, e.g. /host in a privileged Job (also
+    /// KUBELET_REHASH_HOST_ROOT). Every default path (runtime configuration files, store roots,
+    /// sockets, pid files, the default backup directory) is resolved inside it, symbolic links
+    /// as if chrooted there; paths given explicitly (--root, --pods, ...) are taken as given.
+    /// `/` is the same as leaving it out.
+    #[arg(long, value_name = "DIR")]
+    host_root: Option<PathBuf>,
 }
+
+/// The environment variable standing for `--host-root` (a Job's manifest sets it once).
+const HOST_ROOT_ENV: &str = "KUBELET_REHASH_HOST_ROOT";
 
 impl StoreFlags {
     fn location(&self) -> Result<StoreLocation, Failure> {
@@ -218,7 +232,13 @@ impl StoreFlags {
                 live_restore: self.live_restore,
                 daemon_json: self.daemon_json.clone(),
                 runroot: self.runroot.clone(),
+                ..StoreOptions::default()
             },
+            host_root: self.host_root.clone().or_else(|| {
+                std::env::var_os(HOST_ROOT_ENV)
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            }),
         })
     }
 }
@@ -261,23 +281,31 @@ struct NodeFlags {
 
 impl NodeFlags {
     /// Reads what the flags name; a default path that is not there is simply not read, a
-    /// path given explicitly must be.
-    fn read(&self) -> Result<NodeFiles, Failure> {
+    /// path given explicitly must be. Defaults are the node's paths, under `--host-root`.
+    fn read(&self, store: &StoreFlags) -> Result<NodeFiles, Failure> {
+        let host = match store.location()?.host_root {
+            Some(dir) => storepatch::layout::HostRoot::new(&dir)
+                .map_err(|e| Failure::usage(e.to_string()))?,
+            None => storepatch::layout::HostRoot::none(),
+        };
+        let default_dir = |node_path: &str| -> Result<Option<PathBuf>, Failure> {
+            let d = host
+                .resolve(Path::new(node_path))
+                .map_err(|e| Failure::usage(format!("{node_path} under the host root: {e}")))?;
+            Ok(d.is_dir().then_some(d))
+        };
         let manifests = match &self.manifests {
             Some(dir) => Some(dir.clone()),
-            None => {
-                let d = Path::new(rehash::static_pods::DEFAULT_MANIFESTS_DIR);
-                d.is_dir().then(|| d.to_path_buf())
-            }
+            None => default_dir(rehash::static_pods::DEFAULT_MANIFESTS_DIR)?,
         };
         let manifests = manifests
             .map(|d| StaticManifests::read(&d))
             .transpose()
             .map_err(|e| Failure::usage(e.to_string()))?;
-        let kubelet_dir = self.kubelet_dir.clone().or_else(|| {
-            let d = Path::new(DEFAULT_KUBELET_DIR);
-            d.is_dir().then(|| d.to_path_buf())
-        });
+        let kubelet_dir = match &self.kubelet_dir {
+            Some(dir) => Some(dir.clone()),
+            None => default_dir(DEFAULT_KUBELET_DIR)?,
+        };
         Ok(NodeFiles {
             manifests,
             kubelet_dir,
@@ -385,7 +413,7 @@ fn plan_node(
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
     let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
-    let node = node.read()?;
+    let node = node.read(store)?;
     let location = store.location()?;
     let store = location.open()?;
     let plan = Plan::build_with(&pods, store.as_ref(), from, to, &node)?;
@@ -439,9 +467,10 @@ fn cmd_patch(
         render::plan(&plan, output, out).map_err(Failure::output)?;
         return Ok(plan_exit(&plan));
     }
-    let mut backup = rehash::BackupOptions::new(
-        backup_dir.unwrap_or_else(|| rehash::default_backup_dir(store.kind())),
-    );
+    let mut backup = rehash::BackupOptions::new(match backup_dir {
+        Some(dir) => dir,
+        None => flags.store.location()?.default_backup_dir(store.kind())?,
+    });
     backup.set_aside_checkpoints = set_aside_checkpoints;
     let progress = spinner::Stderr::default();
     let done = match rehash::patch(&plan, store.as_ref(), &backup, &progress) {

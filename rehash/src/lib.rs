@@ -8,7 +8,9 @@
 //! [`storepatch::RuntimeStore`] and [`storepatch::Runtime`]; this crate never names a runtime.
 //!
 //! The steps, for one node:
-//! 1. [`StoreLocation::open`] finds the store ([`storepatch::runtime::locate`]).
+//! 1. [`StoreLocation::open`] finds the store among the node's known layouts
+//!    ([`storepatch::layout::find`]; under [`StoreLocation::host_root`] when the node's `/` is
+//!    mounted elsewhere).
 //! 2. [`Plan::build`] reads it (never writes) and decides, for every record, what the target
 //!    kubelet computes and whether the stored hash is *proven* (what the current kubelet
 //!    computes for the spec the API server serves). Only proven hashes are rewritten: an

@@ -3,18 +3,26 @@
 
 use crate::error::Error;
 use std::path::{Path, PathBuf};
+use storepatch::layout::HostRoot;
+use storepatch::runtime::DetectError;
 use storepatch::{RuntimeKind, RuntimeStore, StoreOptions};
 
 /// Where a node's store is: any part left `None` is found (the runtime from the root's
-/// layout, the root from the runtime's default, or the one store at the default roots).
+/// layout, the root from the layouts of the runtime, or the one store among every known
+/// layout: [`storepatch::layout`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreLocation {
     /// The runtime, when known.
     pub runtime: Option<RuntimeKind>,
-    /// The store root (Docker data-root, containerd root, CRI-O graphroot), when known.
+    /// The store root (Docker data-root, containerd root, CRI-O graphroot), when known. Taken
+    /// as given, also with a host root.
     pub root: Option<PathBuf>,
-    /// Sockets, pid files and runtime-specific settings.
+    /// Sockets, pid files and runtime-specific settings; what is left `None` comes from the
+    /// node's layout. Taken as given, also with a host root.
     pub options: StoreOptions,
+    /// Where the node's `/` is mounted (`None` or `/`: this machine's own). Every default path
+    /// (configuration files, roots, sockets, pid files) is resolved inside it.
+    pub host_root: Option<PathBuf>,
 }
 
 impl StoreLocation {
@@ -24,13 +32,33 @@ impl StoreLocation {
             runtime: Some(runtime),
             root: Some(root.into()),
             options: StoreOptions::default(),
+            host_root: None,
         }
     }
 
-    /// Opens the store (reads nothing yet).
+    /// The host root to resolve default paths in.
+    pub fn host(&self) -> Result<HostRoot, Error> {
+        match &self.host_root {
+            Some(dir) => Ok(HostRoot::new(dir).map_err(DetectError::from)?),
+            None => Ok(HostRoot::none()),
+        }
+    }
+
+    /// [`default_backup_dir`] on the node: inside the host root when there is one, so the
+    /// backup stays on the node's disk and not in a Job's container.
+    pub fn default_backup_dir(&self, runtime: RuntimeKind) -> Result<PathBuf, Error> {
+        let dir = default_backup_dir(runtime);
+        self.host()?.resolve(&dir).map_err(|e| Error::Io {
+            path: dir,
+            source: e,
+        })
+    }
+
+    /// Finds the store ([`storepatch::layout::find`]) and opens it (reads no record yet).
     pub fn open(&self) -> Result<Box<dyn RuntimeStore>, Error> {
-        let (kind, root) = storepatch::runtime::locate(self.runtime, self.root.as_deref())?;
-        Ok(kind.runtime().open(&root, &self.options)?)
+        let found = storepatch::layout::find(&self.host()?, self.runtime, self.root.as_deref())?;
+        let options = self.options.clone().or(found.defaults);
+        Ok(found.kind.runtime().open(&found.root, &options)?)
     }
 }
 

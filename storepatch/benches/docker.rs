@@ -81,6 +81,7 @@ fn main() {
             socket: t.path().join("none.sock"),
             daemon_json: t.path().join("none.json"),
             live_restore: Some(true),
+            ..DockerOptions::default()
         },
     )
     .unwrap();

@@ -64,6 +64,7 @@ pub mod docker;
 pub mod error;
 pub mod fault;
 pub mod jsonspan;
+pub mod layout;
 pub mod live;
 pub mod runtime;
 

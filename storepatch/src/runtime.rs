@@ -23,6 +23,9 @@ pub struct StoreOptions {
     pub daemon_json: Option<PathBuf>,
     /// CRI-O: the containers/storage runroot (discovered when absent).
     pub runroot: Option<PathBuf>,
+    /// The node's `/` as seen from here: the back-ends resolve the fixed node paths they read
+    /// themselves (`/proc` for pid files' pids, CRI-O's version file) inside it.
+    pub host: crate::layout::HostRoot,
 }
 
 /// What one runtime's running daemon says about one container.
@@ -44,7 +47,8 @@ pub struct LiveContainer {
 pub trait Runtime: Send + Sync {
     /// Which runtime this is.
     fn kind(&self) -> RuntimeKind;
-    /// Where the store lives on a stock node.
+    /// Where the store lives on a stock node (the other distributions' places are in
+    /// [`crate::layout`]).
     fn default_root(&self) -> &'static Path;
     /// The API endpoint of a stock node (`unix://…`).
     fn default_endpoint(&self) -> String;
@@ -115,81 +119,79 @@ pub enum DetectError {
         /// What each runtime's root would hold.
         hints: String,
     },
-    /// No runtime store at any default root.
-    #[error("no runtime store found at {roots}; give the runtime and its root")]
+    /// No runtime store at any known layout's root.
+    #[error("no runtime store found (looked at {roots}); give --runtime and --root, or, in a container, --host-root where the node's / is mounted")]
     NoneFound {
-        /// The default roots that were looked at.
+        /// The layouts and roots that were looked at.
         roots: String,
     },
-    /// Several default roots hold stores.
-    #[error("more than one runtime store on this node ({found}); give the runtime")]
+    /// Several known layouts' roots hold stores.
+    #[error("more than one runtime store on this node: {found}; pick one with --root (or --runtime, when they are of different runtimes)")]
     Several {
-        /// The runtimes found.
+        /// The stores found: runtime, layout and root of each.
         found: String,
     },
     /// The root does not exist.
     #[error("store root {0} does not exist or is not a directory")]
     RootMissing(PathBuf),
+    /// A runtime's configuration file exists but cannot be used.
+    #[error(transparent)]
+    Config(#[from] crate::layout::ConfigError),
+    /// `--host-root` cannot be used.
+    #[error(transparent)]
+    HostRoot(#[from] crate::layout::HostRootError),
+    /// A node path could not be resolved inside the host root.
+    #[error("{}: cannot be resolved inside the host root: {reason}", path.display())]
+    Resolve {
+        /// The node path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }
 
-/// Decides which runtime and root to use: both given, the runtime's default root, the runtime
-/// whose layout `root` has, or the one runtime found at the default roots.
+/// The runtime whose layout `root` has.
+pub fn detect_kind(root: &Path) -> Result<RuntimeKind, DetectError> {
+    RuntimeKind::ALL
+        .into_iter()
+        .find(|k| k.runtime().looks_like(root))
+        .ok_or_else(|| DetectError::NotAStore {
+            root: root.to_path_buf(),
+            hints: RuntimeKind::ALL
+                .iter()
+                .map(|k| k.runtime().layout_hint())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// Decides which runtime and root to use on this machine's own `/`: both given, the runtime
+/// whose layout `root` has, or the one store among the known layouts
+/// ([`crate::layout::find`], which also gives the socket and the other defaults).
 pub fn locate(
     kind: Option<RuntimeKind>,
     root: Option<&Path>,
 ) -> Result<(RuntimeKind, PathBuf), DetectError> {
-    let (kind, root) = match (kind, root) {
-        (Some(k), Some(r)) => (k, r.to_path_buf()),
-        (Some(k), None) => (k, k.runtime().default_root().to_path_buf()),
-        (None, Some(r)) => {
-            if !r.is_dir() {
-                return Err(DetectError::RootMissing(r.to_path_buf()));
-            }
-            let k = RuntimeKind::ALL
-                .into_iter()
-                .find(|k| k.runtime().looks_like(r))
-                .ok_or_else(|| DetectError::NotAStore {
-                    root: r.to_path_buf(),
-                    hints: RuntimeKind::ALL
-                        .iter()
-                        .map(|k| k.runtime().layout_hint())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                })?;
-            (k, r.to_path_buf())
+    let found = crate::layout::find(&crate::layout::HostRoot::none(), kind, root)?;
+    Ok((found.kind, found.root))
+}
+
+impl StoreOptions {
+    /// These options, with what they leave out taken from `defaults`.
+    pub fn or(self, defaults: StoreOptions) -> StoreOptions {
+        StoreOptions {
+            socket: self.socket.or(defaults.socket),
+            pidfile: self.pidfile.or(defaults.pidfile),
+            live_restore: self.live_restore.or(defaults.live_restore),
+            daemon_json: self.daemon_json.or(defaults.daemon_json),
+            runroot: self.runroot.or(defaults.runroot),
+            host: if self.host.dir().is_some() {
+                self.host
+            } else {
+                defaults.host
+            },
         }
-        (None, None) => {
-            let found: Vec<RuntimeKind> = RuntimeKind::ALL
-                .into_iter()
-                .filter(|k| k.runtime().looks_like(k.runtime().default_root()))
-                .collect();
-            match found.as_slice() {
-                [k] => (*k, k.runtime().default_root().to_path_buf()),
-                [] => {
-                    return Err(DetectError::NoneFound {
-                        roots: RuntimeKind::ALL
-                            .iter()
-                            .map(|k| k.runtime().default_root().display().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    })
-                }
-                several => {
-                    return Err(DetectError::Several {
-                        found: several
-                            .iter()
-                            .map(|k| k.name())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    })
-                }
-            }
-        }
-    };
-    if !root.is_dir() {
-        return Err(DetectError::RootMissing(root));
     }
-    Ok((kind, root))
 }
 
 /// `unix://<path>` for a socket path.

@@ -133,6 +133,7 @@ fn rewrite_on_a_real_dockerd_keeps_containers_running() {
         socket: d.socket(),
         daemon_json: d.path("daemon.json"),
         live_restore: None,
+        ..DockerOptions::default()
     };
     let store = DockerStore::with_options(&d.data_root(), store_opts).unwrap();
     let lr = store.live_restore();

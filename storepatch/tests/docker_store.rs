@@ -49,6 +49,7 @@ fn opts(t: &Path, live_restore: Option<bool>) -> DockerOptions {
         socket: t.join("no-docker.sock"),
         daemon_json: t.join("no-daemon.json"),
         live_restore,
+        ..DockerOptions::default()
     }
 }
 

@@ -76,7 +76,18 @@ impl CrioStore {
                 ),
             },
         };
+        let on_node = |p: &str| {
+            options
+                .host
+                .resolve(Path::new(p))
+                .map_err(|e| StoreError::io(Path::new(p), e))
+        };
         let (version_file, clean_shutdown_file) = match &node {
+            // Under a host root the node's own paths (its `/var/run -> /run` link included).
+            _ if options.host.dir().is_some() => (
+                on_node(DEFAULT_VERSION_FILE)?,
+                on_node(DEFAULT_CLEAN_SHUTDOWN_FILE)?,
+            ),
             Some(n) => {
                 let var_run = n.join("var/run/crio/version");
                 let run = n.join("run/crio/version");
@@ -102,6 +113,7 @@ impl CrioStore {
             pidfile: options.pidfile,
             version_file,
             clean_shutdown_file,
+            proc: on_node("/proc")?,
         })
     }
 

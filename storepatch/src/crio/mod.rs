@@ -105,6 +105,9 @@ pub struct CrioOptions {
     pub socket: Option<PathBuf>,
     /// A pid file naming the crio process, when the service manager writes one.
     pub pidfile: Option<PathBuf>,
+    /// The node's `/` (under a host root): CRI-O's version file, clean-shutdown marker and the
+    /// procfs its pid is looked up in are resolved inside it.
+    pub host: crate::layout::HostRoot,
 }
 
 /// A CRI-O store: graphroot, optional runroot, and how to tell whether CRI-O runs.
@@ -118,6 +121,8 @@ pub struct CrioStore {
     pidfile: Option<PathBuf>,
     version_file: PathBuf,
     clean_shutdown_file: PathBuf,
+    /// The procfs the pid file's pid is looked up in.
+    proc: PathBuf,
 }
 
 impl RuntimeStore for CrioStore {
@@ -174,7 +179,7 @@ impl RuntimeStore for CrioStore {
     }
 
     fn ensure_stopped(&self) -> Result<(), StoreError> {
-        running::ensure_stopped(&self.socket, self.pidfile.as_deref())
+        running::ensure_stopped(&self.socket, self.pidfile.as_deref(), &self.proc)
     }
 
     /// Refuses a node whose version file makes every CRI-O wipe it (module docs).

@@ -39,6 +39,7 @@ impl Runtime for Crio {
                 runroot: options.runroot.clone(),
                 socket: options.socket.clone(),
                 pidfile: options.pidfile.clone(),
+                host: options.host.clone(),
             },
         )?))
     }

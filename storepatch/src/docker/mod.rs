@@ -60,6 +60,12 @@ pub struct DockerOptions {
     pub daemon_json: PathBuf,
     /// `--live-restore` as given on dockerd's command line; overrides daemon.json.
     pub live_restore: Option<bool>,
+    /// The procfs of dockerd's pid namespace, where the pidfile's pid is looked up
+    /// ([`running::procfs`]): the node's `/proc` under a host root.
+    pub proc: PathBuf,
+    /// The node's `/` (under a host root): a `--config-file` on the running dockerd's command
+    /// line is resolved inside it.
+    pub host: crate::layout::HostRoot,
 }
 
 impl Default for DockerOptions {
@@ -69,6 +75,8 @@ impl Default for DockerOptions {
             socket: "/var/run/docker.sock".into(),
             daemon_json: "/etc/docker/daemon.json".into(),
             live_restore: None,
+            proc: "/proc".into(),
+            host: crate::layout::HostRoot::none(),
         }
     }
 }
@@ -178,6 +186,8 @@ impl DockerStore {
             self.opts.live_restore,
             &self.opts.pidfile,
             &self.opts.daemon_json,
+            &self.opts.proc,
+            &self.opts.host,
         )
     }
 
@@ -580,7 +590,7 @@ impl RuntimeStore for DockerStore {
     }
 
     fn ensure_stopped(&self) -> Result<(), StoreError> {
-        match running::dockerd_running(&self.opts.pidfile, &self.opts.socket) {
+        match running::dockerd_running(&self.opts.pidfile, &self.opts.socket, &self.opts.proc) {
             Some(evidence) => Err(StoreError::RuntimeRunning {
                 runtime: "docker",
                 evidence,

@@ -11,10 +11,12 @@ use std::path::Path;
 ///   pidfile whose pid is gone does not count), or
 /// * the API socket accepts a connection (a leftover socket file nobody listens on does not
 ///   count).
-pub fn dockerd_running(pidfile: &Path, socket: &Path) -> Option<String> {
+///
+/// `proc` is the procfs of the pid namespace the pidfile's pid belongs to (see [`procfs`]).
+pub fn dockerd_running(pidfile: &Path, socket: &Path, proc: &Path) -> Option<String> {
     if let Some(pid) = read_pid(pidfile) {
-        if process_alive(pid) {
-            let comm = fs::read_to_string(format!("/proc/{pid}/comm"))
+        if process_alive(proc, pid) {
+            let comm = fs::read_to_string(procfs(proc).join(pid.to_string()).join("comm"))
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "?".into());
             return Some(format!(
@@ -35,12 +37,30 @@ fn read_pid(pidfile: &Path) -> Option<i32> {
     (pid > 0).then_some(pid)
 }
 
-/// The pid of the live process the pidfile names, if any.
-pub fn live_pid(pidfile: &Path) -> Option<i32> {
-    read_pid(pidfile).filter(|&p| process_alive(p))
+/// The pid of the live process the pidfile names, if any (`proc` as for [`dockerd_running`]).
+pub fn live_pid(pidfile: &Path, proc: &Path) -> Option<i32> {
+    read_pid(pidfile).filter(|&p| process_alive(proc, p))
 }
 
-fn process_alive(pid: i32) -> bool {
+/// The procfs to look pids up in: `proc` when it is one (it has pid 1: a node's `/proc` under
+/// a host root, mounted recursively with the node's `/`), else this machine's `/proc`, which
+/// is the node's own when the tool runs on the node or in a Job with `hostPID`.
+pub fn procfs(proc: &Path) -> &Path {
+    if proc != Path::new("/proc") && proc.join("1").is_dir() {
+        proc
+    } else {
+        Path::new("/proc")
+    }
+}
+
+/// Whether `pid` is a live process. A node's procfs is asked by its directory: the pid
+/// belongs to the node's pid namespace, which need not be ours, so signalling it would ask
+/// about some other process.
+fn process_alive(proc: &Path, pid: i32) -> bool {
+    let proc = procfs(proc);
+    if proc != Path::new("/proc") {
+        return proc.join(pid.to_string()).is_dir();
+    }
     // SAFETY: signal 0 only checks for existence and permission.
     let rc = unsafe { libc::kill(pid, 0) };
     if rc == 0 {
@@ -98,8 +118,16 @@ fn default_off(cmdline_read: bool, why: String) -> LiveRestore {
 }
 
 /// Works out `live-restore`: an explicit flag value wins, then the command line of the running
-/// dockerd (from the pidfile), then `daemon.json` (absent key or file: dockerd's default, off).
-pub fn live_restore(flag: Option<bool>, pidfile: &Path, daemon_json: &Path) -> LiveRestore {
+/// dockerd (from the pidfile, looked up in `proc` as for [`dockerd_running`]), then
+/// `daemon.json` (absent key or file: dockerd's default, off). A `--config-file` on that
+/// command line is a node path: it is resolved inside `host`.
+pub fn live_restore(
+    flag: Option<bool>,
+    pidfile: &Path,
+    daemon_json: &Path,
+    proc: &Path,
+    host: &crate::layout::HostRoot,
+) -> LiveRestore {
     if let Some(on) = flag {
         let src = "as given on the command line".to_string();
         return if on {
@@ -111,8 +139,9 @@ pub fn live_restore(flag: Option<bool>, pidfile: &Path, daemon_json: &Path) -> L
     let mut from_cmdline = None;
     let mut cmdline_read = false;
     let mut config_file = daemon_json.to_path_buf();
-    if let Some(pid) = live_pid(pidfile) {
-        if let Ok(raw) = fs::read(format!("/proc/{pid}/cmdline")) {
+    let mut from_flag = false;
+    if let Some(pid) = live_pid(pidfile, proc) {
+        if let Ok(raw) = fs::read(procfs(proc).join(pid.to_string()).join("cmdline")) {
             cmdline_read = true;
             let args: Vec<String> = raw
                 .split(|&b| b == 0)
@@ -126,12 +155,25 @@ pub fn live_restore(flag: Option<bool>, pidfile: &Path, daemon_json: &Path) -> L
                     "--config-file" => {
                         if let Some(p) = it.peek() {
                             config_file = p.into();
+                            from_flag = true;
                         }
                     }
                     s if s.starts_with("--config-file=") => {
                         config_file = s["--config-file=".len()..].into();
+                        from_flag = true;
                     }
                     _ => {}
+                }
+            }
+            if from_flag {
+                match host.resolve(&config_file) {
+                    Ok(p) => config_file = p,
+                    Err(e) => {
+                        return LiveRestore::Unknown(format!(
+                            "the running dockerd's --config-file {}: {e}",
+                            config_file.display()
+                        ))
+                    }
                 }
             }
             if let Some(on) = from_cmdline {
@@ -179,6 +221,60 @@ pub fn live_restore(flag: Option<bool>, pidfile: &Path, daemon_json: &Path) -> L
 mod tests {
     use super::*;
 
+    use crate::layout::HostRoot;
+
+    fn own() -> &'static Path {
+        Path::new("/proc")
+    }
+
+    #[test]
+    fn a_nodes_procfs_answers_for_the_nodes_pids() {
+        let d = tempfile::tempdir().unwrap();
+        let pf = d.path().join("docker.pid");
+        let sock = d.path().join("docker.sock");
+        let dj = d.path().join("daemon.json");
+        // A pid no process of ours has, alive in the node's pid namespace only.
+        let pid = "2147483000";
+        fs::write(&pf, pid).unwrap();
+        let node_proc = d.path().join("proc");
+        fs::create_dir_all(node_proc.join("1")).unwrap();
+        fs::create_dir_all(node_proc.join(pid)).unwrap();
+        fs::write(node_proc.join(pid).join("comm"), "dockerd\n").unwrap();
+        fs::write(
+            node_proc.join(pid).join("cmdline"),
+            b"dockerd\0--live-restore\0",
+        )
+        .unwrap();
+        assert_eq!(dockerd_running(&pf, &sock, own()), None, "not alive here");
+        let ev = dockerd_running(&pf, &sock, &node_proc).expect("alive on the node");
+        assert!(ev.contains("(dockerd)"), "{ev}");
+        assert!(
+            matches!(live_restore(None, &pf, &dj, &node_proc, &HostRoot::none()), LiveRestore::On(s) if s.contains("command line"))
+        );
+        // A --config-file on the node's command line is the node's file.
+        let host = d.path().join("host");
+        fs::create_dir_all(host.join("etc")).unwrap();
+        fs::write(host.join("etc/dockerd.json"), br#"{"live-restore": true}"#).unwrap();
+        fs::write(
+            node_proc.join(pid).join("cmdline"),
+            b"dockerd\0--config-file=/etc/dockerd.json\0",
+        )
+        .unwrap();
+        let host = HostRoot::new(&host).unwrap();
+        let lr = live_restore(None, &pf, &dj, &node_proc, &host);
+        assert!(
+            matches!(&lr, LiveRestore::On(s) if s.contains("host/etc/dockerd.json")),
+            "{lr:?}"
+        );
+        let lr = live_restore(None, &pf, &dj, &node_proc, &HostRoot::none());
+        assert!(!lr.is_on(), "this machine has no /etc/dockerd.json: {lr:?}");
+        // A directory that is no procfs (the node's / mounted without its /proc) is not
+        // trusted to say "not running": ours is asked, as on the node itself.
+        fs::remove_dir(node_proc.join("1")).unwrap();
+        assert_eq!(procfs(&node_proc), Path::new("/proc"));
+        assert_eq!(dockerd_running(&pf, &sock, &node_proc), None);
+    }
+
     #[test]
     fn live_restore_sources() {
         let d = tempfile::tempdir().unwrap();
@@ -186,7 +282,10 @@ mod tests {
         let dj = d.path().join("daemon.json");
         // dockerd stopped and no daemon.json: its unit file may pass --live-restore.
         assert!(
-            matches!(live_restore(None, &pf, &dj), LiveRestore::Unknown(_)),
+            matches!(
+                live_restore(None, &pf, &dj, own(), &HostRoot::none()),
+                LiveRestore::Unknown(_)
+            ),
             "no setting and no running dockerd is unknown, not off"
         );
         fs::write(
@@ -194,29 +293,31 @@ mod tests {
             br#"{"live-restore": true, "storage-driver": "overlay2"}"#,
         )
         .unwrap();
-        assert!(live_restore(None, &pf, &dj).is_on());
+        assert!(live_restore(None, &pf, &dj, own(), &HostRoot::none()).is_on());
         assert!(matches!(
-            live_restore(Some(false), &pf, &dj),
+            live_restore(Some(false), &pf, &dj, own(), &HostRoot::none()),
             LiveRestore::Off(_)
         ));
         fs::write(&dj, br#"{"live-restore": "yes"}"#).unwrap();
         assert!(matches!(
-            live_restore(None, &pf, &dj),
+            live_restore(None, &pf, &dj, own(), &HostRoot::none()),
             LiveRestore::Unknown(_)
         ));
         fs::write(&dj, b"{not json").unwrap();
-        let lr = live_restore(None, &pf, &dj);
+        let lr = live_restore(None, &pf, &dj, own(), &HostRoot::none());
         assert!(matches!(lr, LiveRestore::Unknown(_)));
         let w = lr.warning().unwrap();
         assert_eq!(w.code, "docker-live-restore-unknown");
         assert!(w.message.contains("KILLS EVERY CONTAINER"));
         fs::write(&dj, br#"{}"#).unwrap();
         assert!(matches!(
-            live_restore(None, &pf, &dj),
+            live_restore(None, &pf, &dj, own(), &HostRoot::none()),
             LiveRestore::Unknown(_)
         ));
         fs::write(&dj, br#"{"live-restore": false}"#).unwrap();
-        let w = live_restore(None, &pf, &dj).warning().unwrap();
+        let w = live_restore(None, &pf, &dj, own(), &HostRoot::none())
+            .warning()
+            .unwrap();
         assert_eq!(
             (w.code, w.severity),
             ("docker-live-restore-off", crate::Severity::Block)
@@ -227,7 +328,10 @@ mod tests {
         fs::write(&pf, std::process::id().to_string()).unwrap();
         fs::write(&dj, br#"{}"#).unwrap();
         assert!(
-            matches!(live_restore(None, &pf, &dj), LiveRestore::Off(_)),
+            matches!(
+                live_restore(None, &pf, &dj, own(), &HostRoot::none()),
+                LiveRestore::Off(_)
+            ),
             "a read command line without the flag and no key is off"
         );
     }
@@ -237,20 +341,20 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let pf = d.path().join("docker.pid");
         let sock = d.path().join("docker.sock");
-        assert_eq!(dockerd_running(&pf, &sock), None, "nothing there");
+        assert_eq!(dockerd_running(&pf, &sock, own()), None, "nothing there");
         // A stale pidfile (no such process) does not count.
         fs::write(&pf, b"2147483000\n").unwrap();
-        assert_eq!(dockerd_running(&pf, &sock), None);
+        assert_eq!(dockerd_running(&pf, &sock, own()), None);
         fs::write(&pf, format!("{}", std::process::id())).unwrap();
-        let ev = dockerd_running(&pf, &sock).unwrap();
+        let ev = dockerd_running(&pf, &sock, own()).unwrap();
         assert!(ev.contains("live process"), "{ev}");
         fs::remove_file(&pf).unwrap();
         let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-        let ev = dockerd_running(&pf, &sock).unwrap();
+        let ev = dockerd_running(&pf, &sock, own()).unwrap();
         assert!(ev.contains("accepts"), "{ev}");
         drop(listener);
         assert_eq!(
-            dockerd_running(&pf, &sock),
+            dockerd_running(&pf, &sock, own()),
             None,
             "leftover socket file does not count"
         );

@@ -46,6 +46,14 @@ impl Runtime for Docker {
             o.daemon_json = d.clone();
         }
         o.live_restore = options.live_restore;
+        if options.host.dir().is_some() {
+            let proc = Path::new("/proc");
+            o.proc = options
+                .host
+                .resolve(proc)
+                .map_err(|e| StoreError::io(proc, e))?;
+            o.host = options.host.clone();
+        }
         Ok(Box::new(DockerStore::with_options(root, o)?))
     }
     fn live_containers(&self, endpoint: &str) -> Result<Vec<LiveContainer>, StoreError> {
