@@ -30,27 +30,26 @@ fn docker(d: &Daemon, args: &[&str]) -> Output {
         .expect("the docker CLI runs (scripts/setup-docker.sh)")
 }
 
-/// The flags of a plan of the node whose root is `root` (`/host` in the image): the one place
-/// that says how the image is pointed at the host. The explicit paths become `--host-root`
-/// once that lands.
+/// The flags of a plan of the node mounted at `root` (`/host` in the image): the one place
+/// that says how the image is pointed at the host. `--host-root` resolves every default path
+/// (store root, runroot, sockets, pid files) inside the node copy, as a privileged Job does
+/// with the node's `/`; only the pods file is named, and the store flags that are not paths.
 fn plan_args(root: &str, to: &str, store: &[&str], json: bool) -> Vec<String> {
-    let mut a: Vec<String> = vec!["plan".into(), "--pods".into(), format!("{root}/pods.json")];
+    let mut a: Vec<String> = vec![
+        "plan".into(),
+        "--host-root".into(),
+        root.into(),
+        "--pods".into(),
+        format!("{root}/pods.json"),
+    ];
     a.extend(["--to".into(), to.into()]);
     let mut flags = store.iter();
     while let Some(flag) = flags.next() {
-        a.push(flag.to_string());
-        if matches!(*flag, "--root" | "--runroot") {
-            a.push(format!("{root}/{}", flags.next().expect("a path after it")));
-        } else if let Some(v) = flags.next() {
-            a.push(v.to_string());
+        let value = flags.next().expect("a value after each flag");
+        if !matches!(*flag, "--root" | "--runroot") {
+            a.extend([flag.to_string(), value.to_string()]);
         }
     }
-    a.extend([
-        "--runtime-socket".into(),
-        format!("{root}/no-runtime.sock"),
-        "--runtime-pidfile".into(),
-        format!("{root}/no-runtime.pid"),
-    ]);
     if json {
         a.extend(["-o".into(), "json".into()]);
     }
