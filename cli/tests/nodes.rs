@@ -640,6 +640,67 @@ fn large_nodes_static_pods_foreign_pods_and_downgrade() {
             "{name}: pinned static pods plan like API pods"
         );
 
+        // One of them from a manifest without metadata.uid: its UID was derived, the target
+        // kubelet derives another one, so its running containers are counted as restarting.
+        let first = &pods["items"][0];
+        let node_name = first["spec"]["nodeName"].as_str().unwrap().to_string();
+        let manifest_name = "static-0".to_string();
+        let mirror_name = format!("{manifest_name}-{node_name}");
+        let mut pods_d = pods.clone();
+        pods_d["items"][0]["metadata"]["name"] = Value::from(mirror_name);
+        std::fs::write(&pods_path, serde_json::to_vec(&pods_d).unwrap()).unwrap();
+        let mdir = node.dir.join("manifests");
+        std::fs::create_dir_all(&mdir).unwrap();
+        std::fs::write(
+            mdir.join("static-0.yaml"),
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {manifest_name}\n  namespace: {}\n",
+                first["metadata"]["namespace"].as_str().unwrap()
+            ),
+        )
+        .unwrap();
+        let (code, out, err) = node.run(
+            "plan",
+            &[
+                "--to",
+                to,
+                "-o",
+                "json",
+                "--manifests",
+                mdir.to_str().unwrap(),
+            ],
+        );
+        assert!(code == 0 || code == 4, "{name}: {err}");
+        let derived: Value = serde_json::from_str(&out).unwrap();
+        let uid0 = pods["items"][0]["metadata"]["annotations"]["kubernetes.io/config.mirror"]
+            .as_str()
+            .unwrap();
+        let restarting = derived["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["pod_uid"] == uid0
+                    && r["would_restart_after_rewrite"] == true
+                    && r["reason"].as_str().unwrap_or("").contains("derived UID")
+            })
+            .count();
+        assert!(
+            restarting > 0,
+            "{name}: the derived-UID static pod restarts"
+        );
+        assert_eq!(
+            derived["summary"]["would_restart_after_rewrite"]
+                .as_u64()
+                .unwrap(),
+            baseline["summary"]["would_restart_after_rewrite"]
+                .as_u64()
+                .unwrap()
+                + restarting as u64,
+            "{name}: and is counted in the summary"
+        );
+        std::fs::write(&pods_path, serde_json::to_vec(&pods).unwrap()).unwrap();
+
         // Another node's pods file: exit 3, naming that node.
         for p in pods["items"].as_array_mut().unwrap() {
             p["spec"]["nodeName"] = Value::from("node-99");
@@ -656,6 +717,28 @@ fn large_nodes_static_pods_foreign_pods_and_downgrade() {
             "{name}: another node's pods file is refused: {err}"
         );
         assert!(err.contains("node-99"), "{name}: names the node: {err}");
+        // This node's own pods, half of them said to run on another node: exit 3, both named.
+        let mut split: Value = serde_json::from_slice(&original_pods).unwrap();
+        for (i, p) in split["items"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .enumerate()
+        {
+            if i % 2 == 1 {
+                p["spec"]["nodeName"] = Value::from("node-2");
+            }
+        }
+        std::fs::write(&pods_path, serde_json::to_vec(&split).unwrap()).unwrap();
+        let (code, _, err) = node.run("plan", &["--to", to]);
+        assert_eq!(
+            code, 3,
+            "{name}: a store spread over two nodes' pods is refused: {err}"
+        );
+        assert!(
+            err.contains("node-1") && err.contains("node-2"),
+            "{name}: names both nodes: {err}"
+        );
         std::fs::write(&pods_path, &original_pods).unwrap();
 
         // Forward, then back to the node's own kubelet.
