@@ -1001,6 +1001,32 @@ fn bad_versions_flags_and_store() {
         unchanged(case, &node, &before);
         assert!(!Path::new(&bk).exists(), "{case}: no backup made");
     }
+    // A --runtime the root's layout contradicts is a usage error (README: exit 2), for every
+    // subcommand that opens a store, not a failure to read the other runtime's files.
+    for other in ["containerd", "crio"] {
+        let mut flags = node.store_flags();
+        let i = flags.iter().position(|f| f == "--runtime").unwrap();
+        flags[i + 1] = other.into();
+        for sub in ["plan", "patch"] {
+            let mut c = Command::new(bin());
+            c.args([sub, "--pods"])
+                .arg(node.pods())
+                .args(&flags)
+                .args(["--to", &to]);
+            if sub == "patch" {
+                c.args(["--backup-dir", &bk]);
+            }
+            let r = run_timed(c, None, Duration::from_secs(30));
+            let case = format!("{sub} --runtime {other} on a Docker root");
+            check(&case, &r, 2, "does not match");
+            assert!(
+                r.stderr.contains("looks like a docker root"),
+                "{case}: {r:?}"
+            );
+            unchanged(&case, &node, &before);
+            assert!(!Path::new(&bk).exists(), "{case}: no backup made");
+        }
+    }
     assert_eq!(std::fs::read_dir(&full).unwrap().count(), 1);
     assert_eq!(std::fs::read_dir(&ww).unwrap().count(), 0);
     assert!(!tmp.path().join("elsewhere").exists());

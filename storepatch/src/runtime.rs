@@ -130,6 +130,19 @@ pub enum DetectError {
     /// The root does not exist.
     #[error("store root {0} does not exist or is not a directory")]
     RootMissing(PathBuf),
+    /// The runtime given does not match the root's layout (a usage error, like a root that
+    /// matches no runtime: the flags contradict each other, nothing is read as a guess).
+    #[error("--runtime {runtime} does not match {root}: it is not {hint}{detected}")]
+    RuntimeMismatch {
+        /// The runtime that was given.
+        runtime: &'static str,
+        /// The root that was given.
+        root: PathBuf,
+        /// What that runtime's root would hold.
+        hint: String,
+        /// `; it looks like a … root`, when another runtime's layout matches.
+        detected: String,
+    },
 }
 
 /// Decides which runtime and root to use: both given, the runtime's default root, the runtime
@@ -188,6 +201,19 @@ pub fn locate(
     };
     if !root.is_dir() {
         return Err(DetectError::RootMissing(root));
+    }
+    if !kind.runtime().looks_like(&root) {
+        let detected = RuntimeKind::ALL
+            .into_iter()
+            .find(|k| k.runtime().looks_like(&root))
+            .map(|k| format!("; it looks like a {} root", k.name()))
+            .unwrap_or_default();
+        return Err(DetectError::RuntimeMismatch {
+            runtime: kind.name(),
+            root,
+            hint: kind.runtime().layout_hint(),
+            detected,
+        });
     }
     Ok((kind, root))
 }
@@ -265,6 +291,13 @@ mod tests {
         }
         std::fs::create_dir(d.path().join("containers")).unwrap();
         assert_eq!(locate(None, Some(d.path())).unwrap().0, RuntimeKind::Docker);
+        let e = locate(Some(RuntimeKind::Containerd), Some(d.path()))
+            .expect_err("a Docker root is no containerd root");
+        assert!(
+            matches!(e, DetectError::RuntimeMismatch { .. })
+                && e.to_string().contains("looks like a docker root"),
+            "{e}"
+        );
         let gone = d.path().join("gone");
         assert!(matches!(
             locate(Some(RuntimeKind::Docker), Some(&gone)),
