@@ -400,11 +400,37 @@ fn cmd_plan(flags: &PlanFlags, output: Output, out: &mut dyn Write) -> Done {
     Ok(plan_exit(&plan))
 }
 
+/// `--report` must not be a symlink: root writing through one overwrites whatever it points
+/// at. Checked before the patch (so a refused report never follows a rewritten store) and
+/// again right before the write.
+fn refuse_report_symlink(path: &Path) -> Result<(), Failure> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(Failure::usage(format!(
+            "--report {} is a symbolic link; refusing to write through it (give the real path)",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Writes the report mode 0600 through a temp file and a rename (a crash leaves the old
+/// report or the new one, a symlink planted after the check is replaced, not followed), and
+/// creates missing parents 0700, whatever the umask: the report names every container.
 fn write_report(path: &Path, plan: &Plan) -> Result<(), Failure> {
-    std::fs::write(path, plan.to_json()).map_err(|e| Failure {
+    refuse_report_symlink(path)?;
+    let fail = |e: storepatch::StoreError| Failure {
         code: exit::FAILURE,
         msg: format!("cannot write report {}: {e}", path.display()),
-    })
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        storepatch::atomic::create_dir_all_private(parent).map_err(fail)?;
+    }
+    storepatch::atomic::replace_file(
+        path,
+        &plan.to_json(),
+        storepatch::atomic::FileMeta::private(),
+    )
+    .map_err(fail)
 }
 
 fn cmd_patch(
@@ -416,6 +442,9 @@ fn cmd_patch(
     output: Output,
     out: &mut dyn Write,
 ) -> Done {
+    if let (Some(path), false) = (report, dry_run) {
+        refuse_report_symlink(path)?;
+    }
     let (store, plan) = plan_node(
         &flags.pods,
         &flags.to,

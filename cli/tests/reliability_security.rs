@@ -278,3 +278,79 @@ fn world_writable_backup_dir_is_refused() {
         assert!(node.snapshot().diff(&before).is_empty());
     }
 }
+
+#[test]
+fn report_is_private_atomic_and_never_follows_a_symlink() {
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let before = node.snapshot();
+    // a symlink as --report: refused (exit 2) before anything is read or written
+    let target = node.dir.join("not-a-report");
+    std::fs::write(&target, b"precious").unwrap();
+    let link = node.dir.join("report-link.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let bk = node.dir.join("bk-link");
+    let r = Run::from(
+        node.patch_cmd(&to, &bk)
+            .arg("--report")
+            .arg(&link)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("symbolic link"), "{}", r.stderr);
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(!bk.exists(), "refused before the patch");
+    assert!(node.snapshot().diff(&before).is_empty());
+
+    // umask 000, parents missing: parents 0700, report 0600, no temp file left beside it
+    let report = node.dir.join("reports/a/b/report.json");
+    let bk = node.dir.join("bk-umask");
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("umask 000; exec \"$@\"")
+        .arg("sh")
+        .arg(bin())
+        .args(["patch", "--pods"])
+        .arg(node.pods())
+        .args(node.store_flags())
+        .args(["--to", &to, "--backup-dir"])
+        .arg(&bk)
+        .arg("--report")
+        .arg(&report);
+    let r = Run::from(cmd.output().unwrap());
+    assert!(r.ok(), "{r:?}");
+    for d in ["reports", "reports/a", "reports/a/b"] {
+        let m = std::fs::metadata(node.dir.join(d)).unwrap().mode() & 0o7777;
+        assert_eq!(m, 0o700, "{d} mode {m:o}");
+    }
+    let m = std::fs::symlink_metadata(&report).unwrap();
+    assert!(m.is_file());
+    assert_eq!(m.mode() & 0o7777, 0o600, "report mode {:o}", m.mode());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert!(v["records"].is_array(), "a whole report: {v}");
+    let names: Vec<String> = std::fs::read_dir(report.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["report.json"], "no temp file left");
+
+    // an existing world-readable report is replaced by a 0600 one (rename, not rewrite in place)
+    std::fs::set_permissions(&report, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let ino = std::fs::metadata(&report).unwrap().ino();
+    let r = Run::from(
+        node.patch_cmd(&to, &node.dir.join("bk-again"))
+            .arg("--report")
+            .arg(&report)
+            .output()
+            .unwrap(),
+    );
+    assert!(r.ok(), "{r:?}");
+    let m = std::fs::metadata(&report).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o600);
+    assert_ne!(m.ino(), ino, "a new file renamed over the old one");
+}
