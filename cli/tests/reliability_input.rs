@@ -1061,3 +1061,96 @@ fn bad_versions_flags_and_store() {
     unchanged("backup dir holds a backup", &node, &before);
     eprintln!("bad versions, flags, store, backup dir: {} variants + 4", n);
 }
+
+/// `rollback --root`/`--runtime` are never ignored: they must name the store the manifest
+/// records (exit 3, naming both, nothing restored), and the same store spelled another way
+/// (a symlink to it) is accepted.
+#[test]
+fn rollback_flags_must_name_the_backed_up_store() {
+    let node = small("docker-20.10");
+    let other = small("docker-20.10");
+    let to = node.last_target();
+    let tmp = tempfile::tempdir().unwrap();
+    let bk = tmp.path().join("bk");
+    assert!(node.patch(&to, &bk).ok());
+    let patched = node.snapshot();
+    let other_before = other.snapshot();
+    let rollback_with = |flags: Vec<String>| {
+        let mut c = Command::new(bin());
+        c.arg("rollback").arg("--backup-dir").arg(&bk).args(flags);
+        run_timed(c, None, Duration::from_secs(30))
+    };
+    // another node's root
+    let r = rollback_with(node.store_flags_at(&other.store_root()));
+    check("rollback --root of another store", &r, 3, "does not match");
+    for want in [
+        other.store_root().display().to_string(),
+        node.store_root().display().to_string(),
+    ] {
+        assert!(r.stderr.contains(&want), "names {want}: {}", r.stderr);
+    }
+    unchanged("rollback --root of another store", &node, &patched);
+    unchanged("rollback --root of another store", &other, &other_before);
+    // another runtime, same root
+    let mut flags = node.store_flags();
+    let i = flags.iter().position(|f| f == "--runtime").unwrap();
+    flags[i + 1] = "containerd".into();
+    let r = rollback_with(flags);
+    check(
+        "rollback --runtime of another store",
+        &r,
+        3,
+        "runtime docker",
+    );
+    assert!(r.stderr.contains("--runtime containerd"), "{}", r.stderr);
+    unchanged("rollback --runtime of another store", &node, &patched);
+    // the same store through a symlink: the one the manifest names
+    let alias = tmp.path().join("alias");
+    std::os::unix::fs::symlink(node.store_root(), &alias).unwrap();
+    let r = rollback_with(node.store_flags_at(&alias));
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let pristine = small("docker-20.10").snapshot();
+    unchanged("rollback through an alias of the root", &node, &pristine);
+}
+
+/// `rollback` removes the temp files of dead runs (in the store and the backup dir) as `patch`
+/// does, and leaves a live process's alone.
+#[test]
+fn rollback_removes_temps_of_dead_runs_only() {
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let tmp = tempfile::tempdir().unwrap();
+    let bk = tmp.path().join("bk");
+    assert!(node.patch(&to, &bk).ok());
+    // pid_max is at most 2^22: this pid cannot be alive
+    let dead = 4_194_304 + 1000;
+    let containers = node.store_root().join("containers");
+    let dirs: Vec<PathBuf> = std::fs::read_dir(&containers)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert!(dirs.len() >= 2);
+    let mut dead_temps = Vec::new();
+    for d in &dirs {
+        let t = d.join(format!(".config.v2.json.rehash-tmp-{dead}"));
+        std::fs::write(&t, b"half a file").unwrap();
+        dead_temps.push(t);
+    }
+    let t = bk.join(format!(".manifest.json.rehash-tmp-{dead}"));
+    std::fs::write(&t, b"half a manifest").unwrap();
+    dead_temps.push(t);
+    // a running process's temp (ours) is not a leftover
+    let live = dirs[0].join(format!(".config.v2.json.rehash-tmp-{}", std::process::id()));
+    std::fs::write(&live, b"in use").unwrap();
+    let r = node.rollback(&bk, false);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    for t in &dead_temps {
+        assert!(!t.exists(), "dead run's temp left: {}", t.display());
+    }
+    assert!(live.exists(), "a live pid's temp is left alone");
+    std::fs::remove_file(&live).unwrap();
+    let now = node.snapshot();
+    assert!(now.temps.is_empty(), "{:?}", now.temps);
+    assert!(now.diff(&small("docker-20.10").snapshot()).is_empty());
+}
