@@ -361,24 +361,37 @@ fn parse_versions(args: &[String]) -> Result<Vec<KubeletVersion>, String> {
     Ok(out)
 }
 
-/// The store and the plan for `plan`, `patch` and offline `verify`. Flags are checked before
-/// anything is read, so a bad `--to` never touches the store.
+/// The store, the plan and (with `lock`, for `patch`) the store's lock, taken before the
+/// plan reads anything and held by the caller to its end, for `plan`, `patch` and offline
+/// `verify`. Flags are checked before anything is read, so a bad `--to` never touches the
+/// store.
 fn plan_node(
     pods: &Path,
     to: &str,
     from: &str,
     store: &StoreFlags,
     node: &NodeFlags,
-) -> Result<(Box<dyn storepatch::RuntimeStore>, Plan), Failure> {
+    lock: bool,
+) -> Result<PlannedNode, Failure> {
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
-    let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
-    let node = node.read()?;
     let location = store.location()?;
     let store = location.open()?;
+    let lock = lock
+        .then(|| storepatch::lock::StoreLock::acquire(store.root()))
+        .transpose()
+        .map_err(Error::from)?;
+    let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
+    let node = node.read()?;
     let plan = Plan::build_with(&pods, store.as_ref(), from, to, &node)?;
-    Ok((store, plan))
+    Ok((store, plan, lock))
 }
+
+type PlannedNode = (
+    Box<dyn storepatch::RuntimeStore>,
+    Plan,
+    Option<storepatch::lock::StoreLock>,
+);
 
 fn plan_exit(plan: &Plan) -> u8 {
     if plan.incomplete() {
@@ -389,12 +402,13 @@ fn plan_exit(plan: &Plan) -> u8 {
 }
 
 fn cmd_plan(flags: &PlanFlags, output: Output, out: &mut dyn Write) -> Done {
-    let (_, plan) = plan_node(
+    let (_, plan, _) = plan_node(
         &flags.pods,
         &flags.to,
         &flags.from,
         &flags.store,
         &flags.node,
+        false,
     )?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     Ok(plan_exit(&plan))
@@ -445,12 +459,13 @@ fn cmd_patch(
     if let (Some(path), false) = (report, dry_run) {
         refuse_report_symlink(path)?;
     }
-    let (store, plan) = plan_node(
+    let (store, plan, _lock) = plan_node(
         &flags.pods,
         &flags.to,
         &flags.from,
         &flags.store,
         &flags.node,
+        !dry_run,
     )?;
     if dry_run {
         render::plan(&plan, output, out).map_err(Failure::output)?;
@@ -543,7 +558,7 @@ fn cmd_verify(f: &VerifyFlags<'_>, output: Output, out: &mut dyn Write) -> Done 
         f.pods.expect("clap: --pods required without --live"),
         f.to.expect("clap: --to required without --live"),
     );
-    let (_, plan) = plan_node(pods, to, f.from, f.store, f.node)?;
+    let (_, plan, _) = plan_node(pods, to, f.from, f.store, f.node, false)?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     let v = rehash::verify(&plan);
     if v.ok() {

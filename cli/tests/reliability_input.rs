@@ -1154,3 +1154,108 @@ fn rollback_removes_temps_of_dead_runs_only() {
     assert!(now.temps.is_empty(), "{:?}", now.temps);
     assert!(now.diff(&small("docker-20.10").snapshot()).is_empty());
 }
+
+/// Waits until another process holds the store's lock and returns the pid it wrote there.
+fn wait_for_holder(root: &Path) -> u32 {
+    let t = Instant::now();
+    loop {
+        match storepatch::lock::StoreLock::acquire(root) {
+            Err(storepatch::StoreError::Locked { pid: Some(pid), .. }) => return pid,
+            Err(storepatch::StoreError::Locked { pid: None, .. }) | Ok(_) => {}
+            Err(e) => panic!("lock of {}: {e}", root.display()),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "nobody took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One run per store: while one `patch` (a real second process of the binary, or this test
+/// through the library) holds the store's lock, another `patch` or `rollback` refuses at once
+/// with exit 3 naming the holder's pid and writes nothing; the store ends all at the winner's
+/// target, never mixed.
+#[test]
+fn a_second_run_on_a_locked_store_refuses_naming_the_holder() {
+    let node = small("docker-20.10");
+    let targets: Vec<String> = node.expected()["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    let (first, last) = (targets[0].clone(), targets.last().unwrap().clone());
+    assert_ne!(first, last, "two targets to race for");
+    let tmp = tempfile::tempdir().unwrap();
+    let bk0 = tmp.path().join("bk0");
+    assert!(node.patch(&last, &bk0).ok());
+    let patched = node.snapshot();
+
+    // 1. held by this process through the library
+    {
+        let _held = storepatch::lock::StoreLock::acquire(&node.store_root()).unwrap();
+        let me = format!("pid {}", std::process::id());
+        let bk = tmp.path().join("bk-held");
+        let r = node.patch(&first, &bk);
+        check("patch while locked", &r, 3, &me);
+        assert!(!bk.exists(), "no backup made");
+        let r = node.rollback(&bk0, false);
+        check("rollback while locked", &r, 3, &me);
+        unchanged("locked", &node, &patched);
+    }
+    let r = node.rollback(&bk0, false);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "the lock is released with its holder: {r:?}"
+    );
+    let pristine = node.snapshot();
+
+    // 2. two real processes: the first holds the lock from before its plan (waiting for its
+    //    pods on stdin), the second refuses, then the first finishes
+    let bk1 = tmp.path().join("bk1");
+    let mut winner = Command::new(bin())
+        .args(["patch", "--pods", "-"])
+        .args(node.store_flags())
+        .args(["--to", &first, "--backup-dir"])
+        .arg(&bk1)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let holder = wait_for_holder(&node.store_root());
+    assert_eq!(holder, winner.id(), "the lock names its holder");
+    let bk2 = tmp.path().join("bk2");
+    let mut loser = Command::new(bin());
+    loser
+        .args(["patch", "--pods"])
+        .arg(node.pods())
+        .args(node.store_flags())
+        .args(["--to", &last, "--backup-dir"])
+        .arg(&bk2);
+    let t = Instant::now();
+    let r = run_timed(loser, None, Duration::from_secs(30));
+    check("concurrent patch", &r, 3, &format!("pid {}", winner.id()));
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "refused at once, not after waiting"
+    );
+    assert!(!bk2.exists(), "the loser made no backup");
+    unchanged("while the winner plans", &node, &pristine);
+    {
+        use std::io::Write;
+        let mut stdin = winner.stdin.take().unwrap();
+        stdin
+            .write_all(&std::fs::read(node.pods()).unwrap())
+            .unwrap();
+    }
+    let won = Run::from(winner.wait_with_output().unwrap());
+    assert!(won.ok(), "{won:?}");
+    // all at the winner's target: exactly what a lone patch to it gives
+    let alone = small("docker-20.10");
+    assert!(alone.patch(&first, &tmp.path().join("bk-alone")).ok());
+    assert_eq!(node.stored_hashes(&first), alone.stored_hashes(&first));
+    assert!(node.snapshot().temps.is_empty());
+}

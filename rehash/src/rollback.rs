@@ -76,6 +76,7 @@ pub fn rollback(
     accept_unrecorded: bool,
 ) -> Result<RollbackReport, Error> {
     let store = open_backed_up_store(backup_dir, location)?;
+    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     store.ensure_stopped()?;
     sweep_dead_temps(store.as_ref(), backup_dir)?;
     storepatch::backup::rollback(backup_dir, accept_unrecorded).map_err(|e| match e {
@@ -120,6 +121,7 @@ pub fn rollback_values(
     backup_dir: &Path,
     store: &dyn RuntimeStore,
 ) -> Result<ValueRollback, Error> {
+    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     store.ensure_stopped()?;
     sweep_dead_temps(store, backup_dir)?;
     let report_path = backup_dir.join("report.json");

@@ -65,6 +65,7 @@ pub mod error;
 pub mod fault;
 pub mod jsonspan;
 pub mod live;
+pub mod lock;
 pub mod runtime;
 
 pub use error::StoreError;
