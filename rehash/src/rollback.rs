@@ -79,19 +79,30 @@ pub fn rollback(
     let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     store.ensure_stopped()?;
     sweep_dead_temps(store.as_ref(), backup_dir)?;
-    storepatch::backup::rollback(backup_dir, accept_unrecorded).map_err(|e| match e {
-        e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
-            source: e,
-            backup_dir: backup_dir.to_path_buf(),
-        },
-        e => e.into(),
-    })
+    storepatch::backup::rollback_allowing(backup_dir, accept_unrecorded, &set_aside_paths())
+        .map_err(|e| match e {
+            e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
+                source: e,
+                backup_dir: backup_dir.to_path_buf(),
+            },
+            e => e.into(),
+        })
+}
+
+/// The only files a patch sets aside outside the store root: the kubelet's checkpoints,
+/// relative to its root directory (a manifest naming any other file outside the store root
+/// is refused).
+fn set_aside_paths() -> Vec<&'static str> {
+    kubeletstate::CheckpointKind::ALL
+        .iter()
+        .map(|k| k.relative_path())
+        .collect()
 }
 
 /// The kubelet checkpoints the patch set aside come back with a value rollback too (a byte
 /// rollback restores them with every other file).
 fn put_back_set_aside(backup_dir: &Path) -> Result<(), Error> {
-    storepatch::backup::restore_set_aside(backup_dir).map_err(|e| match e {
+    storepatch::backup::restore_set_aside(backup_dir, &set_aside_paths()).map_err(|e| match e {
         e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
             source: e,
             backup_dir: backup_dir.to_path_buf(),
