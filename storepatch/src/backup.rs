@@ -551,6 +551,9 @@ pub struct RollbackReport {
     pub files: Vec<(PathBuf, RollbackAction)>,
 }
 
+/// A manifest entry's checked backup copy, what to do with it, and the mode and owner it gets.
+type CheckedEntry = (Vec<u8>, RollbackAction, FileMeta);
+
 /// Checks one manifest entry against its backup copy and the current file; returns the copy
 /// and what to do.
 fn check_entry(
@@ -558,7 +561,7 @@ fn check_entry(
     packs: &Packs,
     entry: &ManifestEntry,
     accept_unknown_new: bool,
-) -> Result<(Vec<u8>, RollbackAction, FileMeta), StoreError> {
+) -> Result<CheckedEntry, StoreError> {
     let copy_path = dir.join(&entry.backup_file);
     let (copy, what) = match entry.offset {
         None => {
@@ -784,14 +787,13 @@ fn restore(
     let packs = Packs::open(dir, &manifest)?;
     // Check every entry (in parallel: thousands of files are read and hashed), then report
     // the first problem in manifest order, as a one-by-one check would.
-    let checked: Vec<Result<(Vec<u8>, RollbackAction, FileMeta), StoreError>> =
-        atomic::on_io_threads(|| {
-            manifest
-                .entries
-                .par_iter()
-                .map(|entry| check_entry(dir, &packs, entry, accept_unknown_new))
-                .collect()
-        });
+    let checked: Vec<Result<CheckedEntry, StoreError>> = atomic::on_io_threads(|| {
+        manifest
+            .entries
+            .par_iter()
+            .map(|entry| check_entry(dir, &packs, entry, accept_unknown_new))
+            .collect()
+    });
     let mut plan = Vec::with_capacity(checked.len());
     for (entry, c) in manifest.entries.iter().zip(checked) {
         let (copy, action, meta) = c?;

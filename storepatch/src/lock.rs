@@ -38,13 +38,16 @@ use std::sync::Mutex;
 /// Where the store locks are.
 pub const LOCK_DIR: &str = "/run/kubelet-rehash/locks";
 
-/// Locks this process holds: (dev, ino) → (file, holders).
-static HELD: Mutex<Option<HashMap<(u64, u64), (File, usize)>>> = Mutex::new(None);
+/// A store root's device and inode.
+type StoreKey = (u64, u64);
+
+/// Locks this process holds: store → (its locked file, how many guards hold it).
+static HELD: Mutex<Option<HashMap<StoreKey, (File, usize)>>> = Mutex::new(None);
 
 /// The exclusive lock of one store, held until dropped.
 #[derive(Debug)]
 pub struct StoreLock {
-    key: (u64, u64),
+    key: StoreKey,
     path: PathBuf,
 }
 
