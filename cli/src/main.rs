@@ -36,8 +36,9 @@ const EXIT_CODES_HELP: &str = "Exit codes:
   0  done / verified
   1  unexpected failure (or, for `hash`, some input could not be hashed)
   2  usage error (bad flags, unknown versions, unreadable pods file)
-  3  refused: runtime running, pre-check failed, a block hazard, another node's
-     pods file, store changed since the backup
+  3  refused: runtime running, store locked by another run, pre-check failed, a
+     block hazard, another node's pods file, store changed since the backup, an
+     untrusted backup or one of another store
   4  finished, but some containers are unproven and will restart (plan/patch),
      or verification failed (verify)";
 
@@ -401,24 +402,37 @@ fn parse_versions(args: &[String]) -> Result<Vec<KubeletVersion>, String> {
     Ok(out)
 }
 
-/// The store and the plan for `plan`, `patch` and offline `verify`. Flags are checked before
-/// anything is read, so a bad `--to` never touches the store.
+/// The store, the plan and (with `lock`, for `patch`) the store's lock, taken before the
+/// plan reads anything and held by the caller to its end, for `plan`, `patch` and offline
+/// `verify`. Flags are checked before anything is read, so a bad `--to` never touches the
+/// store.
 fn plan_node(
     pods: &Path,
     to: &str,
     from: &str,
     store: &StoreFlags,
     node: &NodeFlags,
-) -> Result<(Box<dyn storepatch::RuntimeStore>, Plan), Failure> {
+    lock: bool,
+) -> Result<PlannedNode, Failure> {
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
-    let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
     let node = node.read(store)?;
     let location = store.location()?;
     let store = location.open()?;
+    let lock = lock
+        .then(|| storepatch::lock::StoreLock::acquire(store.root()))
+        .transpose()
+        .map_err(Error::from)?;
+    let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
     let plan = Plan::build_with(&pods, store.as_ref(), from, to, &node)?;
-    Ok((store, plan))
+    Ok((store, plan, lock))
 }
+
+type PlannedNode = (
+    Box<dyn storepatch::RuntimeStore>,
+    Plan,
+    Option<storepatch::lock::StoreLock>,
+);
 
 fn plan_exit(plan: &Plan) -> u8 {
     if plan.incomplete() {
@@ -429,22 +443,49 @@ fn plan_exit(plan: &Plan) -> u8 {
 }
 
 fn cmd_plan(flags: &PlanFlags, output: Output, out: &mut dyn Write) -> Done {
-    let (_, plan) = plan_node(
+    let (_, plan, _) = plan_node(
         &flags.pods,
         &flags.to,
         &flags.from,
         &flags.store,
         &flags.node,
+        false,
     )?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     Ok(plan_exit(&plan))
 }
 
+/// `--report` must not be a symlink: root writing through one overwrites whatever it points
+/// at. Checked before the patch (so a refused report never follows a rewritten store) and
+/// again right before the write.
+fn refuse_report_symlink(path: &Path) -> Result<(), Failure> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(Failure::usage(format!(
+            "--report {} is a symbolic link; refusing to write through it (give the real path)",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Writes the report mode 0600 through a temp file and a rename (a crash leaves the old
+/// report or the new one, a symlink planted after the check is replaced, not followed), and
+/// creates missing parents 0700, whatever the umask: the report names every container.
 fn write_report(path: &Path, plan: &Plan) -> Result<(), Failure> {
-    std::fs::write(path, plan.to_json()).map_err(|e| Failure {
+    refuse_report_symlink(path)?;
+    let fail = |e: storepatch::StoreError| Failure {
         code: exit::FAILURE,
         msg: format!("cannot write report {}: {e}", path.display()),
-    })
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        storepatch::atomic::create_dir_all_private(parent).map_err(fail)?;
+    }
+    storepatch::atomic::replace_file(
+        path,
+        &plan.to_json(),
+        storepatch::atomic::FileMeta::private(),
+    )
+    .map_err(fail)
 }
 
 fn cmd_patch(
@@ -456,12 +497,16 @@ fn cmd_patch(
     output: Output,
     out: &mut dyn Write,
 ) -> Done {
-    let (store, plan) = plan_node(
+    if let (Some(path), false) = (report, dry_run) {
+        refuse_report_symlink(path)?;
+    }
+    let (store, plan, _lock) = plan_node(
         &flags.pods,
         &flags.to,
         &flags.from,
         &flags.store,
         &flags.node,
+        !dry_run,
     )?;
     if dry_run {
         render::plan(&plan, output, out).map_err(Failure::output)?;
@@ -555,7 +600,7 @@ fn cmd_verify(f: &VerifyFlags<'_>, output: Output, out: &mut dyn Write) -> Done 
         f.pods.expect("clap: --pods required without --live"),
         f.to.expect("clap: --to required without --live"),
     );
-    let (_, plan) = plan_node(pods, to, f.from, f.store, f.node)?;
+    let (_, plan, _) = plan_node(pods, to, f.from, f.store, f.node, false)?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     let v = rehash::verify(&plan);
     if v.ok() {

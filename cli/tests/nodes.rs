@@ -642,12 +642,29 @@ fn large_nodes_static_pods_foreign_pods_and_downgrade() {
 
         // One of them from a manifest without metadata.uid: its UID was derived, the target
         // kubelet derives another one, so its running containers are counted as restarting.
-        let first = &pods["items"][0];
+        let running: std::collections::BTreeSet<&str> = baseline["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["action"] == "rewrite" && r["would_restart_without_rewrite"] == true)
+            .filter_map(|r| r["pod_uid"].as_str())
+            .collect();
+        let k = pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|p| {
+                p["metadata"]["annotations"]["kubernetes.io/config.mirror"]
+                    .as_str()
+                    .is_some_and(|u| running.contains(u))
+            })
+            .expect("a mirrored pod with a running container to rewrite");
+        let first = &pods["items"][k];
         let node_name = first["spec"]["nodeName"].as_str().unwrap().to_string();
         let manifest_name = "static-0".to_string();
         let mirror_name = format!("{manifest_name}-{node_name}");
         let mut pods_d = pods.clone();
-        pods_d["items"][0]["metadata"]["name"] = Value::from(mirror_name);
+        pods_d["items"][k]["metadata"]["name"] = Value::from(mirror_name);
         std::fs::write(&pods_path, serde_json::to_vec(&pods_d).unwrap()).unwrap();
         let mdir = node.dir.join("manifests");
         std::fs::create_dir_all(&mdir).unwrap();
@@ -672,7 +689,7 @@ fn large_nodes_static_pods_foreign_pods_and_downgrade() {
         );
         assert!(code == 0 || code == 4, "{name}: {err}");
         let derived: Value = serde_json::from_str(&out).unwrap();
-        let uid0 = pods["items"][0]["metadata"]["annotations"]["kubernetes.io/config.mirror"]
+        let uid0 = pods["items"][k]["metadata"]["annotations"]["kubernetes.io/config.mirror"]
             .as_str()
             .unwrap();
         let restarting = derived["records"]

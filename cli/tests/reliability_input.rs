@@ -1001,6 +1001,32 @@ fn bad_versions_flags_and_store() {
         unchanged(case, &node, &before);
         assert!(!Path::new(&bk).exists(), "{case}: no backup made");
     }
+    // A --runtime the root's layout contradicts is a usage error (README: exit 2), for every
+    // subcommand that opens a store, not a failure to read the other runtime's files.
+    for other in ["containerd", "crio"] {
+        let mut flags = node.store_flags();
+        let i = flags.iter().position(|f| f == "--runtime").unwrap();
+        flags[i + 1] = other.into();
+        for sub in ["plan", "patch"] {
+            let mut c = Command::new(bin());
+            c.args([sub, "--pods"])
+                .arg(node.pods())
+                .args(&flags)
+                .args(["--to", &to]);
+            if sub == "patch" {
+                c.args(["--backup-dir", &bk]);
+            }
+            let r = run_timed(c, None, Duration::from_secs(30));
+            let case = format!("{sub} --runtime {other} on a Docker root");
+            check(&case, &r, 2, "does not match");
+            assert!(
+                r.stderr.contains("looks like a docker root"),
+                "{case}: {r:?}"
+            );
+            unchanged(&case, &node, &before);
+            assert!(!Path::new(&bk).exists(), "{case}: no backup made");
+        }
+    }
     assert_eq!(std::fs::read_dir(&full).unwrap().count(), 1);
     assert_eq!(std::fs::read_dir(&ww).unwrap().count(), 0);
     assert!(!tmp.path().join("elsewhere").exists());
@@ -1034,4 +1060,202 @@ fn bad_versions_flags_and_store() {
     check("backup dir holds a backup", &r, 3, "already holds a backup");
     unchanged("backup dir holds a backup", &node, &before);
     eprintln!("bad versions, flags, store, backup dir: {} variants + 4", n);
+}
+
+/// `rollback --root`/`--runtime` are never ignored: they must name the store the manifest
+/// records (exit 3, naming both, nothing restored), and the same store spelled another way
+/// (a symlink to it) is accepted.
+#[test]
+fn rollback_flags_must_name_the_backed_up_store() {
+    let node = small("docker-20.10");
+    let other = small("docker-20.10");
+    let to = node.last_target();
+    let tmp = tempfile::tempdir().unwrap();
+    let bk = tmp.path().join("bk");
+    assert!(node.patch(&to, &bk).ok());
+    let patched = node.snapshot();
+    let other_before = other.snapshot();
+    let rollback_with = |flags: Vec<String>| {
+        let mut c = Command::new(bin());
+        c.arg("rollback").arg("--backup-dir").arg(&bk).args(flags);
+        run_timed(c, None, Duration::from_secs(30))
+    };
+    // another node's root
+    let r = rollback_with(node.store_flags_at(&other.store_root()));
+    check("rollback --root of another store", &r, 3, "does not match");
+    for want in [
+        other.store_root().display().to_string(),
+        node.store_root().display().to_string(),
+    ] {
+        assert!(r.stderr.contains(&want), "names {want}: {}", r.stderr);
+    }
+    unchanged("rollback --root of another store", &node, &patched);
+    unchanged("rollback --root of another store", &other, &other_before);
+    // another runtime, same root
+    let mut flags = node.store_flags();
+    let i = flags.iter().position(|f| f == "--runtime").unwrap();
+    flags[i + 1] = "containerd".into();
+    let r = rollback_with(flags);
+    check(
+        "rollback --runtime of another store",
+        &r,
+        3,
+        "runtime docker",
+    );
+    assert!(r.stderr.contains("--runtime containerd"), "{}", r.stderr);
+    unchanged("rollback --runtime of another store", &node, &patched);
+    // the same store through a symlink: the one the manifest names
+    let alias = tmp.path().join("alias");
+    std::os::unix::fs::symlink(node.store_root(), &alias).unwrap();
+    let r = rollback_with(node.store_flags_at(&alias));
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let pristine = small("docker-20.10").snapshot();
+    unchanged("rollback through an alias of the root", &node, &pristine);
+}
+
+/// `rollback` removes the temp files of dead runs (in the store and the backup dir) as `patch`
+/// does, and leaves a live process's alone.
+#[test]
+fn rollback_removes_temps_of_dead_runs_only() {
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let tmp = tempfile::tempdir().unwrap();
+    let bk = tmp.path().join("bk");
+    assert!(node.patch(&to, &bk).ok());
+    // pid_max is at most 2^22: this pid cannot be alive
+    let dead = 4_194_304 + 1000;
+    let containers = node.store_root().join("containers");
+    let dirs: Vec<PathBuf> = std::fs::read_dir(&containers)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert!(dirs.len() >= 2);
+    let mut dead_temps = Vec::new();
+    for d in &dirs {
+        let t = d.join(format!(".config.v2.json.rehash-tmp-{dead}"));
+        std::fs::write(&t, b"half a file").unwrap();
+        dead_temps.push(t);
+    }
+    let t = bk.join(format!(".manifest.json.rehash-tmp-{dead}"));
+    std::fs::write(&t, b"half a manifest").unwrap();
+    dead_temps.push(t);
+    // a running process's temp (ours) is not a leftover
+    let live = dirs[0].join(format!(".config.v2.json.rehash-tmp-{}", std::process::id()));
+    std::fs::write(&live, b"in use").unwrap();
+    let r = node.rollback(&bk, false);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    for t in &dead_temps {
+        assert!(!t.exists(), "dead run's temp left: {}", t.display());
+    }
+    assert!(live.exists(), "a live pid's temp is left alone");
+    std::fs::remove_file(&live).unwrap();
+    let now = node.snapshot();
+    assert!(now.temps.is_empty(), "{:?}", now.temps);
+    assert!(now.diff(&small("docker-20.10").snapshot()).is_empty());
+}
+
+/// Waits until another process holds the store's lock and returns the pid it wrote there.
+fn wait_for_holder(root: &Path) -> u32 {
+    let t = Instant::now();
+    loop {
+        match storepatch::lock::StoreLock::acquire(root) {
+            Err(storepatch::StoreError::Locked { pid: Some(pid), .. }) => return pid,
+            Err(storepatch::StoreError::Locked { pid: None, .. }) | Ok(_) => {}
+            Err(e) => panic!("lock of {}: {e}", root.display()),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "nobody took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One run per store: while one `patch` (a real second process of the binary, or this test
+/// through the library) holds the store's lock, another `patch` or `rollback` refuses at once
+/// with exit 3 naming the holder's pid and writes nothing; the store ends all at the winner's
+/// target, never mixed.
+#[test]
+fn a_second_run_on_a_locked_store_refuses_naming_the_holder() {
+    let node = small("docker-20.10");
+    let targets: Vec<String> = node.expected()["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    let (first, last) = (targets[0].clone(), targets.last().unwrap().clone());
+    assert_ne!(first, last, "two targets to race for");
+    let tmp = tempfile::tempdir().unwrap();
+    let bk0 = tmp.path().join("bk0");
+    assert!(node.patch(&last, &bk0).ok());
+    let patched = node.snapshot();
+
+    // 1. held by this process through the library
+    {
+        let _held = storepatch::lock::StoreLock::acquire(&node.store_root()).unwrap();
+        let me = format!("pid {}", std::process::id());
+        let bk = tmp.path().join("bk-held");
+        let r = node.patch(&first, &bk);
+        check("patch while locked", &r, 3, &me);
+        assert!(!bk.exists(), "no backup made");
+        let r = node.rollback(&bk0, false);
+        check("rollback while locked", &r, 3, &me);
+        unchanged("locked", &node, &patched);
+    }
+    let r = node.rollback(&bk0, false);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "the lock is released with its holder: {r:?}"
+    );
+    let pristine = node.snapshot();
+
+    // 2. two real processes: the first holds the lock from before its plan (waiting for its
+    //    pods on stdin), the second refuses, then the first finishes
+    let bk1 = tmp.path().join("bk1");
+    let mut winner = Command::new(bin())
+        .args(["patch", "--pods", "-"])
+        .args(node.store_flags())
+        .args(["--to", &first, "--backup-dir"])
+        .arg(&bk1)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let holder = wait_for_holder(&node.store_root());
+    assert_eq!(holder, winner.id(), "the lock names its holder");
+    let bk2 = tmp.path().join("bk2");
+    let mut loser = Command::new(bin());
+    loser
+        .args(["patch", "--pods"])
+        .arg(node.pods())
+        .args(node.store_flags())
+        .args(["--to", &last, "--backup-dir"])
+        .arg(&bk2);
+    let t = Instant::now();
+    let r = run_timed(loser, None, Duration::from_secs(30));
+    check("concurrent patch", &r, 3, &format!("pid {}", winner.id()));
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "refused at once, not after waiting"
+    );
+    assert!(!bk2.exists(), "the loser made no backup");
+    unchanged("while the winner plans", &node, &pristine);
+    {
+        use std::io::Write;
+        let mut stdin = winner.stdin.take().unwrap();
+        stdin
+            .write_all(&std::fs::read(node.pods()).unwrap())
+            .unwrap();
+    }
+    let won = Run::from(winner.wait_with_output().unwrap());
+    assert!(won.ok(), "{won:?}");
+    // all at the winner's target: exactly what a lone patch to it gives
+    let alone = small("docker-20.10");
+    assert!(alone.patch(&first, &tmp.path().join("bk-alone")).ok());
+    assert_eq!(node.stored_hashes(&first), alone.stored_hashes(&first));
+    assert!(node.snapshot().temps.is_empty());
 }

@@ -278,3 +278,255 @@ fn world_writable_backup_dir_is_refused() {
         assert!(node.snapshot().diff(&before).is_empty());
     }
 }
+
+#[test]
+fn report_is_private_atomic_and_never_follows_a_symlink() {
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let before = node.snapshot();
+    // a symlink as --report: refused (exit 2) before anything is read or written
+    let target = node.dir.join("not-a-report");
+    std::fs::write(&target, b"precious").unwrap();
+    let link = node.dir.join("report-link.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let bk = node.dir.join("bk-link");
+    let r = Run::from(
+        node.patch_cmd(&to, &bk)
+            .arg("--report")
+            .arg(&link)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("symbolic link"), "{}", r.stderr);
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(!bk.exists(), "refused before the patch");
+    assert!(node.snapshot().diff(&before).is_empty());
+
+    // umask 000, parents missing: parents 0700, report 0600, no temp file left beside it
+    let report = node.dir.join("reports/a/b/report.json");
+    let bk = node.dir.join("bk-umask");
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("umask 000; exec \"$@\"")
+        .arg("sh")
+        .arg(bin())
+        .args(["patch", "--pods"])
+        .arg(node.pods())
+        .args(node.store_flags())
+        .args(["--to", &to, "--backup-dir"])
+        .arg(&bk)
+        .arg("--report")
+        .arg(&report);
+    let r = Run::from(cmd.output().unwrap());
+    assert!(r.ok(), "{r:?}");
+    for d in ["reports", "reports/a", "reports/a/b"] {
+        let m = std::fs::metadata(node.dir.join(d)).unwrap().mode() & 0o7777;
+        assert_eq!(m, 0o700, "{d} mode {m:o}");
+    }
+    let m = std::fs::symlink_metadata(&report).unwrap();
+    assert!(m.is_file());
+    assert_eq!(m.mode() & 0o7777, 0o600, "report mode {:o}", m.mode());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert!(v["records"].is_array(), "a whole report: {v}");
+    let names: Vec<String> = std::fs::read_dir(report.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["report.json"], "no temp file left");
+
+    // an existing world-readable report is replaced by a 0600 one (rename, not rewrite in place)
+    std::fs::set_permissions(&report, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let ino = std::fs::metadata(&report).unwrap().ino();
+    let r = Run::from(
+        node.patch_cmd(&to, &node.dir.join("bk-again"))
+            .arg("--report")
+            .arg(&report)
+            .output()
+            .unwrap(),
+    );
+    assert!(r.ok(), "{r:?}");
+    let m = std::fs::metadata(&report).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o600);
+    assert_ne!(m.ino(), ino, "a new file renamed over the old one");
+}
+
+fn as_nobody(script: &str) -> std::process::Output {
+    Command::new("runuser")
+        .args(["-u", "nobody", "--", "sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+/// Edits the backup's manifest (as root, keeping its mode and owner).
+fn edit_manifest(bk: &Path, f: impl Fn(&mut serde_json::Value)) {
+    let p = bk.join("manifest.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+/// The forged-backup chain of issue 13: backups and the parents the tool creates are 0700
+/// whatever the umask (an unprivileged user cannot even reach them); a backup dir or manifest
+/// another user owns, or that others may write, is refused (exit 3); a manifest naming a file
+/// outside the store (directly, through `..`, through a symlink, or as a set-aside file that
+/// is no kubelet checkpoint) is refused and nothing outside is written; set-id bits are never
+/// restored, and a file whose owner changed since keeps its owner.
+#[test]
+fn rollback_refuses_forged_backups_and_writes_nothing_outside_the_store() {
+    require_root("runuser and chown");
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bk = base.path().join("p/q/bk");
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("umask 000; exec \"$@\"")
+        .arg("sh")
+        .arg(bin())
+        .args(["patch", "--pods"])
+        .arg(node.pods())
+        .args(node.store_flags())
+        .args(["--to", &to, "--backup-dir"])
+        .arg(&bk);
+    let r = Run::from(cmd.output().unwrap());
+    assert!(r.ok(), "{r:?}");
+    for d in ["p", "p/q", "p/q/bk"] {
+        let m = std::fs::metadata(base.path().join(d)).unwrap().mode() & 0o7777;
+        assert_eq!(m, 0o700, "{d}: mode {m:o} under umask 000");
+    }
+    let out = as_nobody(&format!("echo forged > {}/manifest.json", bk.display()));
+    assert!(!out.status.success(), "nobody must not reach the backup");
+    let patched = node.snapshot();
+    let manifest = std::fs::read(bk.join("manifest.json")).unwrap();
+    let refused = |case: &str, want: &str| {
+        let r = node.rollback(&bk, false);
+        assert_eq!(r.code, Some(3), "{case}: {r:?}");
+        assert!(
+            r.stderr.contains(want),
+            "{case}: want {want:?}: {}",
+            r.stderr
+        );
+        assert!(node.snapshot().diff(&patched).is_empty(), "{case}: store");
+    };
+
+    // a backup dir another user owns
+    std::os::unix::fs::chown(&bk, Some(65534), Some(65534)).unwrap();
+    refused("dir owned by nobody", "owned by uid 65534");
+    std::os::unix::fs::chown(&bk, Some(0), Some(0)).unwrap();
+    // nobody swaps the manifest in a dir others may write
+    for d in ["p", "p/q"] {
+        std::fs::set_permissions(base.path().join(d), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    std::fs::set_permissions(&bk, std::fs::Permissions::from_mode(0o777)).unwrap();
+    refused("dir writable by others", "writable by group or others");
+    let b = bk.display();
+    let out = as_nobody(&format!(
+        "cat {b}/report.json > {b}/m 2>/dev/null; cp /dev/null {b}/m && mv -f {b}/m {b}/manifest.json"
+    ));
+    assert!(out.status.success(), "{out:?}");
+    std::fs::set_permissions(&bk, std::fs::Permissions::from_mode(0o700)).unwrap();
+    refused("manifest swapped by nobody", "owned by uid 65534");
+    std::fs::remove_file(bk.join("manifest.json")).unwrap();
+    std::fs::write(bk.join("manifest.json"), &manifest).unwrap();
+    std::fs::set_permissions(
+        bk.join("manifest.json"),
+        std::fs::Permissions::from_mode(0o620),
+    )
+    .unwrap();
+    refused("manifest group-writable", "writable by group or others");
+    std::fs::set_permissions(
+        bk.join("manifest.json"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+
+    // paths outside the store: a victim holding exactly the patched bytes of entry 0, so only
+    // the path check stands between it and the original bytes
+    let v: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
+    let first = PathBuf::from(v["entries"][0]["path"].as_str().unwrap());
+    let outside = node.dir.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let victim = outside.join("config.v2.json");
+    let patched_bytes = std::fs::read(&first).unwrap();
+    std::fs::write(&victim, &patched_bytes).unwrap();
+    let root = node.store_root();
+    std::os::unix::fs::symlink(&outside, root.join("evil")).unwrap();
+    let patched = node.snapshot();
+    let dotdot = root.join("../../../outside/config.v2.json");
+    let cases: Vec<(&str, PathBuf, bool, &str)> = vec![
+        (
+            "outside the root",
+            victim.clone(),
+            false,
+            "outside the store root",
+        ),
+        ("through ..", dotdot, false, "plain names"),
+        (
+            "through a symlink",
+            root.join("evil/config.v2.json"),
+            false,
+            "symbolic link",
+        ),
+        (
+            "set aside, not a checkpoint",
+            victim.clone(),
+            true,
+            "none of the files",
+        ),
+    ];
+    for (case, path, set_aside, want) in cases {
+        let p = path.display().to_string();
+        edit_manifest(&bk, |m| {
+            m["entries"][0]["path"] = p.clone().into();
+            if set_aside {
+                m["entries"][0]["set_aside"] = true.into();
+            }
+        });
+        let r = node.rollback(&bk, false);
+        assert_eq!(r.code, Some(3), "{case}: {r:?}");
+        assert!(
+            r.stderr.contains(want),
+            "{case}: want {want:?}: {}",
+            r.stderr
+        );
+        assert_eq!(
+            std::fs::read(&victim).unwrap(),
+            patched_bytes,
+            "{case}: victim"
+        );
+        assert!(node.snapshot().diff(&patched).is_empty(), "{case}: store");
+        std::fs::write(bk.join("manifest.json"), &manifest).unwrap();
+    }
+    std::fs::remove_file(root.join("evil")).unwrap();
+
+    // set-id bits never come back; a file whose owner changed since keeps its owner
+    let second = PathBuf::from(v["entries"][1]["path"].as_str().unwrap());
+    std::os::unix::fs::chown(&second, Some(1234), Some(1234)).unwrap();
+    std::fs::set_permissions(&second, std::fs::Permissions::from_mode(0o640)).unwrap();
+    edit_manifest(&bk, |m| {
+        m["entries"][0]["mode"] = 0o6755.into();
+        m["entries"][1]["mode"] = 0o4777.into();
+    });
+    let r = node.rollback(&bk, false);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let m = std::fs::metadata(&first).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.uid()), (0o755, 0), "no set-id bits");
+    let m = std::fs::metadata(&second).unwrap();
+    assert_eq!(
+        (m.mode() & 0o7777, m.uid(), m.gid()),
+        (0o640, 1234, 1234),
+        "owner changed since: mode and owner kept"
+    );
+    let pristine = small("docker-20.10").capture();
+    for p in [&first, &second] {
+        let rel = p.strip_prefix(&node.dir).unwrap();
+        assert_eq!(&std::fs::read(p).unwrap(), &pristine[rel], "bytes restored");
+    }
+}

@@ -103,6 +103,21 @@ pub enum Error {
         backup_dir: PathBuf,
     },
 
+    /// `rollback --root`/`--runtime` name another store than the backup's manifest: the
+    /// running check would look at one store while the manifest's is written. Nothing read
+    /// or written.
+    #[error("refused, nothing restored: {flag} {given} does not match the backup's {recorded} (from its manifest {manifest}); give the store the backup was taken of, or leave {flag} out")]
+    BackupStoreMismatch {
+        /// `--root` or `--runtime`.
+        flag: &'static str,
+        /// What the flag named.
+        given: String,
+        /// What the manifest records.
+        recorded: String,
+        /// The manifest.
+        manifest: PathBuf,
+    },
+
     /// A value rollback found containers it must not touch; nothing was written.
     #[error("value rollback refused, nothing written: {0}")]
     ValueRollbackConflict(String),
@@ -133,6 +148,7 @@ impl Error {
             | Error::ForeignPods(_)
             | Error::FromDisagreement { .. }
             | Error::RollbackConflict { .. }
+            | Error::BackupStoreMismatch { .. }
             | Error::ValueRollbackConflict(_) => ErrorClass::Refused,
             // A root that is not there is a wrong argument, not a refusal (docs: exit 2).
             Error::Store(StoreError::RootMissing(_)) => ErrorClass::Usage,

@@ -73,6 +73,8 @@ pub fn patch(
             store_root: store.root().display().to_string(),
         });
     }
+    // Held to the end: a second run on this store refuses at once instead of interleaving.
+    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     let mut report = plan.clone();
     report.stage = Stage::Patch;
     let rewrites = plan.rewrites();

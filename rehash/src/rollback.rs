@@ -6,26 +6,64 @@ use crate::plan::{Action, Plan};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use storepatch::backup::RollbackReport;
-use storepatch::{Hash, Rewrite, RuntimeStore, StoreError, StoreRecord};
+use storepatch::{Hash, Rewrite, RuntimeKind, RuntimeStore, StoreError, StoreRecord};
 
-/// Opens the store a backup was taken of: the manifest's runtime and root, unless `location`
-/// names them.
+/// Opens the store a backup was taken of: the manifest's runtime and root. A runtime or root
+/// `location` names must be the manifest's (the same directory, however spelled: compared by
+/// device and inode), or the rollback is refused naming both: the running check and the
+/// writes must be about one store.
 pub fn open_backed_up_store(
     backup_dir: &Path,
     location: &StoreLocation,
 ) -> Result<Box<dyn RuntimeStore>, Error> {
     let manifest = storepatch::backup::read_manifest(backup_dir)?;
-    let mut loc = location.clone();
-    if loc.runtime.is_none() {
-        loc.runtime = Some(manifest.runtime.parse().map_err(|_| {
-            StoreError::Backup(format!(
-                "the manifest names runtime {:?}, which this kubelet-rehash does not know",
-                manifest.runtime
-            ))
-        })?);
+    let manifest_path = backup_dir.join(storepatch::backup::MANIFEST_NAME);
+    let recorded: RuntimeKind = manifest.runtime.parse().map_err(|_| {
+        StoreError::Backup(format!(
+            "the manifest names runtime {:?}, which this kubelet-rehash does not know",
+            manifest.runtime
+        ))
+    })?;
+    if let Some(given) = location.runtime {
+        if given != recorded {
+            return Err(Error::BackupStoreMismatch {
+                flag: "--runtime",
+                given: given.name().into(),
+                recorded: format!("runtime {}", recorded.name()),
+                manifest: manifest_path,
+            });
+        }
     }
-    loc.root.get_or_insert(manifest.store_root.clone());
+    if let Some(given) = &location.root {
+        if !same_dir(given, &manifest.store_root) {
+            return Err(Error::BackupStoreMismatch {
+                flag: "--root",
+                given: given.display().to_string(),
+                recorded: format!("store root {}", manifest.store_root.display()),
+                manifest: manifest_path,
+            });
+        }
+    }
+    let mut loc = location.clone();
+    loc.runtime = Some(recorded);
+    loc.root = Some(manifest.store_root.clone());
     loc.open()
+}
+
+/// Whether `a` and `b` are one directory (device and inode, so `/var/lib/docker` and a
+/// symlink or bind mount of it agree); paths that cannot be read compare as spelled.
+fn same_dir(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+        _ => a == b,
+    }
+}
+
+/// Removes the temp files killed runs (of `patch` or `rollback`) left beside the store's files
+/// and in the backup directory, as `patch` does before it writes; only those whose pid is gone.
+fn sweep_dead_temps(store: &dyn RuntimeStore, backup_dir: &Path) -> Result<usize, Error> {
+    Ok(store.sweep_stale_temps()? + storepatch::atomic::sweep_stale_temps(backup_dir, 1)?)
 }
 
 /// Restores every file of the backup byte for byte, after checking every one of them (a file
@@ -38,20 +76,33 @@ pub fn rollback(
     accept_unrecorded: bool,
 ) -> Result<RollbackReport, Error> {
     let store = open_backed_up_store(backup_dir, location)?;
+    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     store.ensure_stopped()?;
-    storepatch::backup::rollback(backup_dir, accept_unrecorded).map_err(|e| match e {
-        e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
-            source: e,
-            backup_dir: backup_dir.to_path_buf(),
-        },
-        e => e.into(),
-    })
+    sweep_dead_temps(store.as_ref(), backup_dir)?;
+    storepatch::backup::rollback_allowing(backup_dir, accept_unrecorded, &set_aside_paths())
+        .map_err(|e| match e {
+            e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
+                source: e,
+                backup_dir: backup_dir.to_path_buf(),
+            },
+            e => e.into(),
+        })
+}
+
+/// The only files a patch sets aside outside the store root: the kubelet's checkpoints,
+/// relative to its root directory (a manifest naming any other file outside the store root
+/// is refused).
+fn set_aside_paths() -> Vec<&'static str> {
+    kubeletstate::CheckpointKind::ALL
+        .iter()
+        .map(|k| k.relative_path())
+        .collect()
 }
 
 /// The kubelet checkpoints the patch set aside come back with a value rollback too (a byte
 /// rollback restores them with every other file).
 fn put_back_set_aside(backup_dir: &Path) -> Result<(), Error> {
-    storepatch::backup::restore_set_aside(backup_dir).map_err(|e| match e {
+    storepatch::backup::restore_set_aside(backup_dir, &set_aside_paths()).map_err(|e| match e {
         e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
             source: e,
             backup_dir: backup_dir.to_path_buf(),
@@ -81,7 +132,9 @@ pub fn rollback_values(
     backup_dir: &Path,
     store: &dyn RuntimeStore,
 ) -> Result<ValueRollback, Error> {
+    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     store.ensure_stopped()?;
+    sweep_dead_temps(store, backup_dir)?;
     let report_path = backup_dir.join("report.json");
     // Without the report we cannot know what the patch wrote: refuse, write nothing.
     let bytes = std::fs::read(&report_path).map_err(|e| {

@@ -23,6 +23,16 @@ pub struct FileMeta {
 }
 
 impl FileMeta {
+    /// Mode 0600, owned by the effective user and group: the tool's own private files.
+    pub fn private() -> Self {
+        FileMeta {
+            mode: 0o600,
+            // SAFETY: geteuid/getegid cannot fail.
+            uid: unsafe { libc::geteuid() },
+            gid: unsafe { libc::getegid() },
+        }
+    }
+
     /// Mode and owner of `meta`.
     pub fn of(meta: &fs::Metadata) -> Self {
         FileMeta {
@@ -107,6 +117,40 @@ pub fn sweep_stale_temps(root: &Path, max_depth: usize) -> Result<usize, StoreEr
         }
     }
     Ok(removed)
+}
+
+/// Creates `dir` and every missing parent with mode 0700, whatever the caller's umask
+/// (directories it finds are left as they are). The tool's own files (backups, reports) name
+/// containers and hold store bytes: a directory created group- or world-writable would let
+/// another user swap them before a root process reads them back.
+pub fn create_dir_all_private(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut missing = Vec::new();
+    let mut cur = dir;
+    loop {
+        match fs::symlink_metadata(cur) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                missing.push(cur);
+                match cur.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => cur = p,
+                    _ => break,
+                }
+            }
+            Err(e) => return Err(StoreError::io(cur, e)),
+        }
+    }
+    for d in missing.into_iter().rev() {
+        match fs::DirBuilder::new().mode(0o700).create(d) {
+            // The umask may have taken bits away from 0700; never more than 0700 either way.
+            Ok(()) => fs::set_permissions(d, fs::Permissions::from_mode(0o700))
+                .map_err(|e| StoreError::io(d, e))?,
+            // Another process made it meanwhile: not ours to change.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(StoreError::io(d, e)),
+        }
+    }
+    Ok(())
 }
 
 /// fsyncs a directory so a rename inside it is durable.

@@ -79,6 +79,10 @@ pub struct Manifest {
     pub runtime: String,
     /// The store root.
     pub store_root: PathBuf,
+    /// Other directories of the same store whose files the backup holds (CRI-O's runroot):
+    /// rollback restores files inside `store_root` or one of these, nowhere else.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_roots: Vec<PathBuf>,
     /// When the backup was made (seconds since the epoch).
     pub created_unix: u64,
     /// `prepared` before the store is written, `applied` after every write succeeded.
@@ -154,7 +158,7 @@ impl Backup {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+                atomic::create_dir_all_private(dir)?;
             }
             Err(e) => return Err(StoreError::io(dir, e)),
         }
@@ -173,6 +177,7 @@ impl Backup {
                 tool_version: env!("CARGO_PKG_VERSION").to_string(),
                 runtime: runtime.to_string(),
                 store_root: store_root.to_path_buf(),
+                other_roots: Vec::new(),
                 created_unix,
                 state: "prepared".into(),
                 entries: Vec::new(),
@@ -269,6 +274,14 @@ impl Backup {
         entry.set_aside = true;
         self.manifest.entries.push(entry);
         Ok(())
+    }
+
+    /// Records another directory of the store (CRI-O's runroot) whose files this backup
+    /// holds, so rollback may restore them; call before saving them.
+    pub fn add_root(&mut self, root: &Path) {
+        if !self.manifest.other_roots.iter().any(|r| r == root) {
+            self.manifest.other_roots.push(root.to_path_buf());
+        }
     }
 
     /// Records the sha256 of what was written to `path`.
@@ -383,10 +396,42 @@ fn syncfs(d: &fs::File, dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Reads and checks a backup directory's manifest.
+/// A backup is a trust boundary: rollback runs as root and writes what it says. Only a file
+/// or directory that no one but its owner can write, owned by the invoking user or root, is
+/// believed; anything else may have been swapped by another user.
+fn ensure_trusted(path: &Path, uid: u32, mode: u32) -> Result<(), StoreError> {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if uid != me && uid != 0 {
+        return Err(StoreError::Backup(format!(
+            "{} is owned by uid {uid}, not by this user (uid {me}) or root: anyone could have forged it; nothing was restored",
+            path.display()
+        )));
+    }
+    if mode & 0o022 != 0 {
+        return Err(StoreError::Backup(format!(
+            "{} is writable by group or others (mode {:o}): anyone could have forged it; nothing was restored",
+            path.display(),
+            mode & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// Reads and checks a backup directory's manifest: the directory and the manifest must be
+/// trusted (see [`ensure_trusted`]), and every copy must be a plain name inside the directory.
 pub fn read_manifest(dir: &Path) -> Result<Manifest, StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    let dmeta = fs::symlink_metadata(dir).map_err(|e| StoreError::io(dir, e))?;
+    if !dmeta.is_dir() {
+        return Err(StoreError::Backup(format!(
+            "{} is not a directory (a symbolic link is not followed)",
+            dir.display()
+        )));
+    }
+    ensure_trusted(dir, dmeta.uid(), dmeta.mode())?;
     let path = dir.join(MANIFEST_NAME);
-    let (bytes, _) = atomic::read_regular_nofollow(&path).map_err(|e| match e {
+    let (bytes, mmeta) = atomic::read_regular_nofollow(&path).map_err(|e| match e {
         StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             StoreError::Backup(format!(
                 "{} holds no {MANIFEST_NAME}: not a kubelet-rehash backup",
@@ -395,6 +440,7 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, StoreError> {
         }
         other => other,
     })?;
+    ensure_trusted(&path, mmeta.uid, mmeta.mode)?;
     let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
         StoreError::Backup(format!("{}: not a valid manifest: {e}", path.display()))
     })?;
@@ -463,6 +509,10 @@ impl Packs {
                     path.display()
                 )));
             }
+            {
+                use std::os::unix::fs::MetadataExt;
+                ensure_trusted(&path, meta.uid(), meta.mode())?;
+            }
             files.insert(e.backup_file.clone(), (path, file, meta.len()));
         }
         Ok(Packs { files })
@@ -501,6 +551,9 @@ pub struct RollbackReport {
     pub files: Vec<(PathBuf, RollbackAction)>,
 }
 
+/// A manifest entry's checked backup copy, what to do with it, and the mode and owner it gets.
+type CheckedEntry = (Vec<u8>, RollbackAction, FileMeta);
+
 /// Checks one manifest entry against its backup copy and the current file; returns the copy
 /// and what to do.
 fn check_entry(
@@ -508,13 +561,14 @@ fn check_entry(
     packs: &Packs,
     entry: &ManifestEntry,
     accept_unknown_new: bool,
-) -> Result<(Vec<u8>, RollbackAction), StoreError> {
+) -> Result<CheckedEntry, StoreError> {
     let copy_path = dir.join(&entry.backup_file);
     let (copy, what) = match entry.offset {
-        None => (
-            atomic::read_regular_nofollow(&copy_path)?.0,
-            format!("backup copy {}", copy_path.display()),
-        ),
+        None => {
+            let (bytes, meta) = atomic::read_regular_nofollow(&copy_path)?;
+            ensure_trusted(&copy_path, meta.uid, meta.mode)?;
+            (bytes, format!("backup copy {}", copy_path.display()))
+        }
         Some(offset) => (
             packs.read(&entry.backup_file, offset, entry.size)?,
             format!(
@@ -529,9 +583,11 @@ fn check_entry(
             "{what} does not match its recorded size and sha256: the backup is damaged; nothing was restored"
         )));
     }
-    let current = match atomic::read_regular_nofollow(&entry.path) {
-        Ok((bytes, _)) => Some(sha256_hex(&bytes)),
-        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+    let (current, current_meta) = match atomic::read_regular_nofollow(&entry.path) {
+        Ok((bytes, meta)) => (Some(sha256_hex(&bytes)), Some(meta)),
+        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            (None, None)
+        }
         Err(e) => return Err(e),
     };
     let action = match (&current, &entry.sha256_new) {
@@ -557,7 +613,128 @@ fn check_entry(
             })
         }
     };
-    Ok((copy, action))
+    Ok((copy, action, restored_meta(entry, current_meta)))
+}
+
+/// The mode and owner a restored file gets. The manifest's only when the file is still owned
+/// by the owner the manifest records (a forged manifest cannot hand a file to another user),
+/// and never with setuid/setgid (a forged one cannot make a set-id binary); otherwise the
+/// file keeps its current mode and owner. A file that is gone (a set-aside checkpoint) comes
+/// back owned by the invoking user, with the manifest's permission bits.
+fn restored_meta(entry: &ManifestEntry, current: Option<FileMeta>) -> FileMeta {
+    const NO_SET_ID: u32 = !0o6000;
+    match current {
+        Some(cur) if cur.uid == entry.uid => FileMeta {
+            mode: entry.mode & NO_SET_ID,
+            uid: entry.uid,
+            gid: entry.gid,
+        },
+        Some(cur) => FileMeta {
+            mode: cur.mode & NO_SET_ID,
+            ..cur
+        },
+        None => {
+            let me = FileMeta::private();
+            FileMeta {
+                mode: entry.mode & 0o777,
+                gid: if entry.uid == me.uid {
+                    entry.gid
+                } else {
+                    me.gid
+                },
+                ..me
+            }
+        }
+    }
+}
+
+/// A path of the manifest, for the checks below: absolute, and nothing but plain names.
+fn plain_absolute(p: &Path) -> bool {
+    use std::path::Component;
+    let mut c = p.components();
+    c.next() == Some(Component::RootDir) && c.all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// Refuses a directory symlink (or a non-directory) anywhere from `base` (exclusive) down to
+/// the parent of `file`: a restore must not be redirected out of where the manifest says.
+fn no_symlink_below(base: &Path, file: &Path) -> Result<(), StoreError> {
+    let Ok(rel) = file.strip_prefix(base) else {
+        return Ok(());
+    };
+    let mut cur = base.to_path_buf();
+    let comps: Vec<_> = rel.components().collect();
+    for c in comps.iter().take(comps.len().saturating_sub(1)) {
+        cur.push(c);
+        match fs::symlink_metadata(&cur) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(StoreError::Backup(format!(
+                    "{} is on the way to {} and is a symbolic link or not a directory; nothing was restored",
+                    cur.display(),
+                    file.display()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(StoreError::io(&cur, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Every path a rollback writes must be a file inside the store root the manifest records
+/// (no `..`, no symlink below the root), or, for a file the patch set aside, end in one of
+/// `set_aside_paths` (relative paths the caller knows, e.g. the kubelet's checkpoint files).
+fn check_restore_path(
+    manifest: &Manifest,
+    entry: &ManifestEntry,
+    set_aside_paths: &[&str],
+) -> Result<(), StoreError> {
+    // A root given relative (`--root ./var/lib/docker`) is recorded, with its files, as given.
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let root = &abs(&manifest.store_root);
+    let others: Vec<PathBuf> = manifest.other_roots.iter().map(|r| abs(r)).collect();
+    let path = abs(&entry.path);
+    let refuse = |why: &str| {
+        Err(StoreError::Backup(format!(
+            "the manifest names {} ({why}): the backup is not trusted; nothing was restored",
+            entry.path.display()
+        )))
+    };
+    if !plain_absolute(root) {
+        return Err(StoreError::Backup(format!(
+            "the manifest's store root {} is not an absolute path of plain names; nothing was restored",
+            root.display()
+        )));
+    }
+    if !plain_absolute(&path) {
+        return refuse("not an absolute path of plain names");
+    }
+    for root in std::iter::once(root).chain(&others) {
+        if !plain_absolute(root) {
+            return Err(StoreError::Backup(format!(
+                "the manifest's store directory {} is not an absolute path of plain names; nothing was restored",
+                root.display()
+            )));
+        }
+        if path.starts_with(root) && path != *root {
+            return no_symlink_below(root, &path);
+        }
+    }
+    if entry.set_aside {
+        if let Some(rel) = set_aside_paths
+            .iter()
+            .find(|rel| path.ends_with(Path::new(rel)))
+        {
+            let base: PathBuf = {
+                let n = Path::new(rel).components().count();
+                let all: Vec<_> = path.components().collect();
+                all[..all.len() - n].iter().collect()
+            };
+            return no_symlink_below(&base, &path);
+        }
+        return refuse("a set-aside file that is none of the files a patch sets aside");
+    }
+    refuse(&format!("outside the store root {}", root.display()))
 }
 
 /// Restores every file of the backup in `dir` byte for byte. Checks everything first and
@@ -569,27 +746,48 @@ fn check_entry(
 /// file, made durable by one `syncfs` per file system, and only then renamed back, so a crash
 /// at any instant leaves each file holding its original or its patched bytes, and running
 /// the rollback again finishes it.
+///
+/// Only files inside the manifest's store root are restored (a set-aside file outside it
+/// only through [`rollback_allowing`]), with the mode and owner rules of [`restored_meta`].
 pub fn rollback(dir: &Path, accept_unknown_new: bool) -> Result<RollbackReport, StoreError> {
-    restore(dir, accept_unknown_new, |_| true)
+    rollback_allowing(dir, accept_unknown_new, &[])
+}
+
+/// [`rollback`], also restoring the set-aside files outside the store root whose paths end in
+/// one of `set_aside_paths` (the caller's list of files a patch may set aside).
+pub fn rollback_allowing(
+    dir: &Path,
+    accept_unknown_new: bool,
+    set_aside_paths: &[&str],
+) -> Result<RollbackReport, StoreError> {
+    restore(dir, accept_unknown_new, |_| true, set_aside_paths)
 }
 
 /// [`rollback`] of only the files the patch set aside (for a value rollback, which undoes the
-/// store's values itself but must still give the set-aside files back).
-pub fn restore_set_aside(dir: &Path) -> Result<RollbackReport, StoreError> {
-    restore(dir, false, |e| e.set_aside)
+/// store's values itself but must still give the set-aside files back), as far as their paths
+/// end in one of `set_aside_paths`.
+pub fn restore_set_aside(
+    dir: &Path,
+    set_aside_paths: &[&str],
+) -> Result<RollbackReport, StoreError> {
+    restore(dir, false, |e| e.set_aside, set_aside_paths)
 }
 
 fn restore(
     dir: &Path,
     accept_unknown_new: bool,
     wanted: impl Fn(&ManifestEntry) -> bool,
+    set_aside_paths: &[&str],
 ) -> Result<RollbackReport, StoreError> {
     let mut manifest = read_manifest(dir)?;
     manifest.entries.retain(|e| wanted(e));
+    for entry in &manifest.entries {
+        check_restore_path(&manifest, entry, set_aside_paths)?;
+    }
     let packs = Packs::open(dir, &manifest)?;
     // Check every entry (in parallel: thousands of files are read and hashed), then report
     // the first problem in manifest order, as a one-by-one check would.
-    let checked: Vec<Result<(Vec<u8>, RollbackAction), StoreError>> = atomic::on_io_threads(|| {
+    let checked: Vec<Result<CheckedEntry, StoreError>> = atomic::on_io_threads(|| {
         manifest
             .entries
             .par_iter()
@@ -598,12 +796,12 @@ fn restore(
     });
     let mut plan = Vec::with_capacity(checked.len());
     for (entry, c) in manifest.entries.iter().zip(checked) {
-        let (copy, action) = c?;
-        plan.push((entry, copy, action));
+        let (copy, action, meta) = c?;
+        plan.push((entry, copy, action, meta));
     }
     // One file listed twice must name the same original (the restore writes each path once).
     let mut restore: std::collections::HashMap<&Path, &ManifestEntry> = Default::default();
-    for (entry, _, action) in &plan {
+    for (entry, _, action, _) in &plan {
         if *action != RollbackAction::Restored {
             continue;
         }
@@ -629,24 +827,20 @@ fn restore(
     let mut seen = std::collections::HashSet::new();
     let reps: Vec<atomic::Replacement> = plan
         .iter()
-        .filter(|(entry, _, action)| {
+        .filter(|(entry, _, action, _)| {
             *action == RollbackAction::Restored && seen.insert(entry.path.as_path())
         })
-        .map(|(entry, copy, _)| atomic::Replacement {
+        .map(|(entry, copy, _, meta)| atomic::Replacement {
             path: &entry.path,
             bytes: copy,
-            meta: FileMeta {
-                mode: entry.mode,
-                uid: entry.uid,
-                gid: entry.gid,
-            },
+            meta: *meta,
         })
         .collect();
     atomic::replace_many(&reps)?;
     Ok(RollbackReport {
         files: plan
             .into_iter()
-            .map(|(entry, _, action)| (entry.path.clone(), action))
+            .map(|(entry, _, action, _)| (entry.path.clone(), action))
             .collect(),
     })
 }

@@ -63,6 +63,17 @@ pub enum StoreError {
     #[error("{0}")]
     Live(String),
 
+    /// Another run of kubelet-rehash holds the store's lock ([`crate::lock`]).
+    #[error("refusing to touch the store at {}: another kubelet-rehash run (pid {}) holds its lock {}; let it finish (or, if that pid is not kubelet-rehash, find what holds the lock)", root.display(), pid.map_or_else(|| "unknown".to_string(), |p| p.to_string()), lock.display())]
+    Locked {
+        /// The store root.
+        root: PathBuf,
+        /// The holder's pid, as it wrote it into the lock file.
+        pid: Option<u32>,
+        /// The lock file.
+        lock: PathBuf,
+    },
+
     /// Rollback found a file that matches neither the original nor the written bytes.
     #[error("rollback refused: {path} changed since the patch ({reason}); nothing was restored")]
     RollbackConflict {
@@ -89,6 +100,7 @@ impl StoreError {
             StoreError::RuntimeRunning { .. }
                 | StoreError::Refused(_)
                 | StoreError::RollbackConflict { .. }
+                | StoreError::Locked { .. }
                 | StoreError::Backup(_)
                 | StoreError::RootMissing(_)
         )

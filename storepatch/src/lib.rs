@@ -66,6 +66,7 @@ pub mod fault;
 pub mod jsonspan;
 pub mod layout;
 pub mod live;
+pub mod lock;
 pub mod runtime;
 
 pub use error::StoreError;

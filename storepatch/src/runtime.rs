@@ -148,6 +148,19 @@ pub enum DetectError {
         /// Why.
         reason: String,
     },
+    /// The runtime given does not match the root's layout (a usage error, like a root that
+    /// matches no runtime: the flags contradict each other, nothing is read as a guess).
+    #[error("--runtime {runtime} does not match {root}: it is not {hint}{detected}")]
+    RuntimeMismatch {
+        /// The runtime that was given.
+        runtime: &'static str,
+        /// The root that was given.
+        root: PathBuf,
+        /// What that runtime's root would hold.
+        hint: String,
+        /// `; it looks like a … root`, when another runtime's layout matches.
+        detected: String,
+    },
 }
 
 /// The runtime whose layout `root` has.
@@ -267,6 +280,13 @@ mod tests {
         }
         std::fs::create_dir(d.path().join("containers")).unwrap();
         assert_eq!(locate(None, Some(d.path())).unwrap().0, RuntimeKind::Docker);
+        let e = locate(Some(RuntimeKind::Containerd), Some(d.path()))
+            .expect_err("a Docker root is no containerd root");
+        assert!(
+            matches!(e, DetectError::RuntimeMismatch { .. })
+                && e.to_string().contains("looks like a docker root"),
+            "{e}"
+        );
         let gone = d.path().join("gone");
         assert!(matches!(
             locate(Some(RuntimeKind::Docker), Some(&gone)),

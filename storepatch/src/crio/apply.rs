@@ -61,6 +61,9 @@ impl CrioStore {
                 new: Some(&f.new),
             })
             .collect();
+        if let Some(runroot) = &self.runroot {
+            backup.add_root(runroot);
+        }
         backup.save_many(&items)?;
         backup.commit()?;
 

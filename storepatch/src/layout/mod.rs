@@ -451,7 +451,23 @@ pub fn find(
             return Err(DetectError::RootMissing(root.to_path_buf()));
         }
         let kind = match kind {
-            Some(k) => k,
+            Some(k) => {
+                // Flags that contradict each other are a usage error, never a guess.
+                if !k.runtime().looks_like(root) {
+                    let detected = RuntimeKind::ALL
+                        .into_iter()
+                        .find(|o| o.runtime().looks_like(root))
+                        .map(|o| format!("; it looks like a {} root", o.name()))
+                        .unwrap_or_default();
+                    return Err(DetectError::RuntimeMismatch {
+                        runtime: k.name(),
+                        root: root.to_path_buf(),
+                        hint: k.runtime().layout_hint(),
+                        detected,
+                    });
+                }
+                k
+            }
             None => crate::runtime::detect_kind(root)?,
         };
         // The layout this root belongs to gives the socket and the rest; a root of no known

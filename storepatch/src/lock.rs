@@ -1,0 +1,159 @@
+//! One exclusive lock per store, for every runtime, taken by every run that writes a store
+//! (`patch`, `rollback`, `rollback --values`) from before its plan to its end: two runs on one
+//! store (an automation retry overlapping a manual run) would otherwise interleave their
+//! rewrites and leave a store half at one target, half at the other.
+//!
+//! # Where the lock lives, and why
+//!
+//! `/run/kubelet-rehash/locks/<st_dev>-<st_ino>.lock`, keyed by the store root's device and
+//! inode, `flock(LOCK_EX | LOCK_NB)`, the holder's pid written into it:
+//! - not in the store root: a file of ours there is a foreign file in the runtime's data
+//!   (CRI-O's graphroot is containers/storage's, whose tools list what they find), and a
+//!   killed run would leave it behind in the store;
+//! - not beside the backup: every run has its own backup directory (the default one is named
+//!   by the time), so two runs would take two different locks;
+//! - keyed by device and inode rather than by path: `/var/lib/docker`, a symlink to it and a
+//!   bind mount of it are one store and get one lock;
+//! - under `/run` (a tmpfs): a lock means nothing after a reboot, and a file left by a killed
+//!   run costs nothing; the file is never removed, so no run can lock an unlinked inode while
+//!   another locks its replacement (the classic flock-and-unlink race);
+//! - flock, not a pid file: the kernel releases it when the holder dies, however it dies.
+//!
+//! containerd's own flock on meta.db (the "is containerd running" check) is unchanged: that
+//! one is taken only for the instant of the check, this one for the whole run.
+//!
+//! Within one process the lock is re-entrant (a counted guard), so a caller that holds it
+//! from its plan on can call the library's `patch`, which takes it too.
+
+use crate::atomic;
+use crate::error::StoreError;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Where the store locks are.
+pub const LOCK_DIR: &str = "/run/kubelet-rehash/locks";
+
+/// A store root's device and inode.
+type StoreKey = (u64, u64);
+
+/// Locks this process holds: store → (its locked file, how many guards hold it).
+static HELD: Mutex<Option<HashMap<StoreKey, (File, usize)>>> = Mutex::new(None);
+
+/// The exclusive lock of one store, held until dropped.
+#[derive(Debug)]
+pub struct StoreLock {
+    key: StoreKey,
+    path: PathBuf,
+}
+
+impl StoreLock {
+    /// Takes the lock of the store at `root`, at once or not at all: when another process
+    /// holds it, [`StoreError::Locked`] names that process's pid.
+    pub fn acquire(root: &Path) -> Result<StoreLock, StoreError> {
+        let meta = std::fs::metadata(root).map_err(|e| StoreError::io(root, e))?;
+        let key = (meta.dev(), meta.ino());
+        let dir = Path::new(LOCK_DIR);
+        let path = dir.join(format!("{}-{}.lock", key.0, key.1));
+        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        let held = held.get_or_insert_with(HashMap::new);
+        if let Some((_, n)) = held.get_mut(&key) {
+            *n += 1;
+            return Ok(StoreLock { key, path });
+        }
+        atomic::create_dir_all_private(dir)?;
+        let dmeta = std::fs::symlink_metadata(dir).map_err(|e| StoreError::io(dir, e))?;
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if !dmeta.is_dir()
+            || (dmeta.uid() != me && dmeta.uid() != 0)
+            || dmeta.permissions().mode() & 0o022 != 0
+        {
+            return Err(StoreError::Refused(format!(
+                "{} is not a directory owned by this user or root and writable by no one else; a lock there proves nothing",
+                dir.display()
+            )));
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| StoreError::io(&path, e))?;
+        // SAFETY: a valid fd for the duration of the call.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(StoreError::io(&path, err));
+            }
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Err(StoreError::Locked {
+                root: root.to_path_buf(),
+                pid: text.trim().parse().ok(),
+                lock: path,
+            });
+        }
+        let pid = format!("{}\n", std::process::id());
+        file.set_len(0)
+            .and_then(|_| file.rewind())
+            .and_then(|_| file.write_all(pid.as_bytes()))
+            .map_err(|e| StoreError::io(&path, e))?;
+        held.insert(key, (file, 1));
+        Ok(StoreLock { key, path })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(map) = held.as_mut() {
+            if let Some((_, n)) = map.get_mut(&self.key) {
+                *n -= 1;
+                if *n == 0 {
+                    // Closing the file releases the flock.
+                    map.remove(&self.key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reentrant_in_one_process_and_released_on_drop() {
+        let d = tempfile::tempdir().unwrap();
+        let a = StoreLock::acquire(d.path()).unwrap();
+        let b = StoreLock::acquire(d.path()).expect("re-entrant within a process");
+        assert_eq!(a.path(), b.path());
+        let pid: u32 = std::fs::read_to_string(a.path())
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(pid, std::process::id());
+        // another open file description (what another process has) is refused while held
+        let other = File::open(a.path()).unwrap();
+        let try_other =
+            || unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        drop(a);
+        assert!(!try_other(), "still held by the second guard");
+        drop(b);
+        assert!(try_other(), "released with the last guard");
+    }
+}
