@@ -83,7 +83,10 @@ log "$(go version) in $goroot"
 # ---- 3. CRI-O 1.30.14 -------------------------------------------------------------------------
 echo "$tarball_sha256  $tarball" | sha256sum -c --quiet - \
     || { echo "setup-crio: $tarball does not have sha256 $tarball_sha256" >&2; exit 1; }
-stamp="$tarball_sha256 $(go version) $tags"
+# -buildvcs=false: the source is unpacked inside this repository's .cache, and Go would stamp
+# our own commit into CRI-O's version ("1.30.14+<our sha>"), which CRI-O writes into its
+# version file; a git archive of the tag gives "1.30.14+unknown", as on the bundled node.
+stamp="$tarball_sha256 $(go version) $tags buildvcs=false"
 bins_ok() { for b in crio pinns copyimg; do [ -x "$crio/bin/$b" ] || return 1; done; "$crio/bin/crio" --version >/dev/null 2>&1; }
 if bins_ok && [ "$(cat "$crio/STAMP" 2>/dev/null)" = "$stamp" ]; then
     log "$crio/bin is up to date: $("$crio/bin/crio" --version | awk '/^Version:/ {print $2}')"
@@ -97,8 +100,8 @@ goenv=(env GOCACHE="$crio/go-build" GOPATH="$crio/gopath" GOFLAGS=-mod=vendor GO
        GOSUMDB=off GOTOOLCHAIN=local CGO_ENABLED=1)
 (
     cd "$src"
-    "${goenv[@]}" go build -trimpath -tags "$tags" -o "$crio/bin.tmp/crio" ./cmd/crio
-    "${goenv[@]}" go build -trimpath -tags "$tags" -o "$crio/bin.tmp/copyimg" ./test/copyimg
+    "${goenv[@]}" go build -trimpath -buildvcs=false -tags "$tags" -o "$crio/bin.tmp/crio" ./cmd/crio
+    "${goenv[@]}" go build -trimpath -buildvcs=false -tags "$tags" -o "$crio/bin.tmp/copyimg" ./test/copyimg
     make -s -C pinns
     cp bin/pinns "$crio/bin.tmp/pinns"
 )
