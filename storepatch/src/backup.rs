@@ -419,7 +419,8 @@ fn ensure_trusted(path: &Path, uid: u32, mode: u32) -> Result<(), StoreError> {
 }
 
 /// Reads and checks a backup directory's manifest: the directory and the manifest must be
-/// trusted (see [`ensure_trusted`]), and every copy must be a plain name inside the directory.
+/// trusted (owned by the caller or root, not writable by group or others, not a symbolic
+/// link), and every copy must be a plain name inside the directory.
 pub fn read_manifest(dir: &Path) -> Result<Manifest, StoreError> {
     use std::os::unix::fs::MetadataExt;
     let dmeta = fs::symlink_metadata(dir).map_err(|e| StoreError::io(dir, e))?;
@@ -748,7 +749,8 @@ fn check_restore_path(
 /// the rollback again finishes it.
 ///
 /// Only files inside the manifest's store root are restored (a set-aside file outside it
-/// only through [`rollback_allowing`]), with the mode and owner rules of [`restored_meta`].
+/// only through [`rollback_allowing`]); mode and owner come back only when the current
+/// file's owner is the recorded one, and setuid/setgid bits never.
 pub fn rollback(dir: &Path, accept_unknown_new: bool) -> Result<RollbackReport, StoreError> {
     rollback_allowing(dir, accept_unknown_new, &[])
 }
