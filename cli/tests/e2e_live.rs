@@ -1005,6 +1005,11 @@ fn flow(rt: &mut dyn Runtime, pods: &[PodDef], ctrs: &[Ctr], from: &str, to: &st
             o.stderr
         );
         assert!(
+            o.stderr.contains("rollback --values --backup-dir"),
+            "{label}: after a finished patch the refusal names the value rollback: {}",
+            o.stderr
+        );
+        assert!(
             rt.snapshot() == ran,
             "{label}: a refused rollback changed meta.db"
         );

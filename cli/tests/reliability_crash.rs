@@ -283,6 +283,11 @@ impl Sweep {
                 r.stderr.contains("not recorded") && r.stderr.contains("meta.db"),
                 "{name} {at}: {r:?}"
             );
+            assert!(
+                r.stderr
+                    .contains("rollback --accept-unrecorded --backup-dir"),
+                "{name} {at}: the refusal names the one command that finishes the undo: {r:?}"
+            );
             self.count("rollback needed --accept-unrecorded");
             r = self.node.rollback(bk, true);
         }

@@ -95,7 +95,7 @@ pub enum Error {
     },
 
     /// Byte rollback found a file changed since the patch; nothing was restored.
-    #[error("{source}. If the runtime has run since the patch (containerd commits to meta.db at every start), `rollback --values --backup-dir {}` writes the old hash values back instead, after checking that every rewritten container still holds exactly the value we wrote", backup_dir.display())]
+    #[error("{source}. {}", rollback_hint(backup_dir))]
     RollbackConflict {
         /// The store's refusal, naming the file.
         source: StoreError,
@@ -155,5 +155,19 @@ impl Error {
             Error::Store(e) if e.is_refusal() => ErrorClass::Refused,
             Error::Store(_) | Error::ReadBack { .. } | Error::Io { .. } => ErrorClass::Failure,
         }
+    }
+}
+
+/// The one command that gets past a refused byte rollback, by how far the patch got: without
+/// `report.json` the patch was interrupted before its read-back (a crash), so a value rollback
+/// cannot know what was written, while a file whose new bytes were never recorded (a bolt
+/// commit just before the kill) is exactly what `--accept-unrecorded` restores; with the report
+/// the patch finished, and a changed file means the runtime has written since.
+fn rollback_hint(backup_dir: &std::path::Path) -> String {
+    let d = backup_dir.display();
+    if backup_dir.join("report.json").is_file() {
+        format!("If the runtime has run since the patch (containerd commits to meta.db at every start), `rollback --values --backup-dir {d}` writes the old hash values back instead, after checking that every rewritten container still holds exactly the value we wrote")
+    } else {
+        format!("The patch of this backup did not finish (it has no report.json: interrupted?). If the file named holds what that run wrote without recording it, `rollback --accept-unrecorded --backup-dir {d}` restores the originals; if the runtime has run since, stop it first")
     }
 }
