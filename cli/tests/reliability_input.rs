@@ -1259,3 +1259,74 @@ fn a_second_run_on_a_locked_store_refuses_naming_the_holder() {
     assert_eq!(node.stored_hashes(&first), alone.stored_hashes(&first));
     assert!(node.snapshot().temps.is_empty());
 }
+
+/// The lock holds across mount namespaces: a run whose `/run` is another one (a privileged Job
+/// in its own container, the node's `/` at `/host`) still excludes a run on the node. The
+/// holder here is a real process of the binary in its own mount namespace with a fresh tmpfs
+/// at /run (`unshare`), waiting for its pods on stdin while it holds the lock.
+#[test]
+fn the_lock_holds_across_mount_namespaces() {
+    let node = small("docker-20.10");
+    let tmp = tempfile::tempdir().unwrap();
+    let exp: Value =
+        serde_json::from_slice(&std::fs::read(node.dir.join("expected.json")).unwrap()).unwrap();
+    let to = exp["targets"].as_array().unwrap()[0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bk1 = tmp.path().join("bk1");
+    let mut holder = Command::new("unshare");
+    holder
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t tmpfs tmpfs /run && exec "$@""#)
+        .arg("sh")
+        .arg(bin())
+        .args(["patch", "--pods", "-"])
+        .args(node.store_flags())
+        .args(["--to", &to, "--backup-dir"])
+        .arg(&bk1)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut holder = holder.spawn().expect("unshare (util-linux) runs");
+    // Wait until the other namespace's run holds the store: its pid file is in its own /run,
+    // so from here the holder is unknown — but the store is locked.
+    let t = Instant::now();
+    loop {
+        match storepatch::lock::StoreLock::acquire(&node.store_root()) {
+            Err(storepatch::StoreError::Locked { pid, .. }) => {
+                assert_eq!(pid, None, "the holder's pid file is in its own /run");
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the holder never took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = node.snapshot();
+    let bk2 = tmp.path().join("bk2");
+    let r = node.patch(&to, &bk2);
+    check(
+        "patch while another namespace holds the store",
+        &r,
+        3,
+        "holds its lock",
+    );
+    assert!(!bk2.exists(), "no backup made");
+    unchanged("locked from another namespace", &node, &before);
+    {
+        use std::io::Write;
+        let mut stdin = holder.stdin.take().unwrap();
+        stdin
+            .write_all(&std::fs::read(node.pods()).unwrap())
+            .unwrap();
+    }
+    let done = Run::from(holder.wait_with_output().unwrap());
+    assert!(done.ok() || done.code == Some(4), "{done:?}");
+    storepatch::lock::StoreLock::acquire(&node.store_root())
+        .expect("released when the holder ended");
+}

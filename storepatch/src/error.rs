@@ -64,7 +64,7 @@ pub enum StoreError {
     Live(String),
 
     /// Another run of kubelet-rehash holds the store's lock ([`crate::lock`]).
-    #[error("refusing to touch the store at {}: another kubelet-rehash run (pid {}) holds its lock {}; let it finish (or, if that pid is not kubelet-rehash, find what holds the lock)", root.display(), pid.map_or_else(|| "unknown".to_string(), |p| p.to_string()), lock.display())]
+    #[error("refusing to touch the store at {}: another kubelet-rehash run (pid {}) holds its lock {}; let it finish (or, if that pid is not kubelet-rehash, find what holds the lock)", root.display(), pid.map_or_else(|| "unknown: in another container or mount namespace?".to_string(), |p| p.to_string()), lock.display())]
     Locked {
         /// The store root.
         root: PathBuf,

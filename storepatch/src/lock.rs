@@ -19,6 +19,13 @@
 //!   another locks its replacement (the classic flock-and-unlink race);
 //! - flock, not a pid file: the kernel releases it when the holder dies, however it dies.
 //!
+//! The store root directory itself is flocked too, first: `/run` is per container, so two
+//! privileged Jobs on one node (each with the node's `/` at `/host`) would each find their own
+//! empty lock directory, while the root directory is one inode for every mount namespace that
+//! sees it. The file in `/run` then only tells a second run of the same namespace the holder's
+//! pid. No runtime flocks its own root directory (containerd locks meta.db, containers/storage
+//! its `*.lock` files), so this takes nothing from them.
+//!
 //! containerd's own flock on meta.db (the "is containerd running" check) is unchanged: that
 //! one is taken only for the instant of the check, this one for the whole run.
 //!
@@ -41,8 +48,12 @@ pub const LOCK_DIR: &str = "/run/kubelet-rehash/locks";
 /// A store root's device and inode.
 type StoreKey = (u64, u64);
 
-/// Locks this process holds: store → (its locked file, how many guards hold it).
-static HELD: Mutex<Option<HashMap<StoreKey, (File, usize)>>> = Mutex::new(None);
+/// Locks this process holds: store → (its locked file, its locked root directory, how many
+/// guards hold it).
+static HELD: Mutex<Option<HashMap<StoreKey, Held>>> = Mutex::new(None);
+
+/// The locked pid file, the locked root directory, and the count of guards.
+type Held = (File, File, usize);
 
 /// The exclusive lock of one store, held until dropped.
 #[derive(Debug)]
@@ -61,9 +72,33 @@ impl StoreLock {
         let path = dir.join(format!("{}-{}.lock", key.0, key.1));
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         let held = held.get_or_insert_with(HashMap::new);
-        if let Some((_, n)) = held.get_mut(&key) {
+        if let Some((_, _, n)) = held.get_mut(&key) {
             *n += 1;
             return Ok(StoreLock { key, path });
+        }
+        let root_dir = File::open(root).map_err(|e| StoreError::io(root, e))?;
+        // SAFETY: a valid fd for the duration of the call.
+        if unsafe { libc::flock(root_dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(StoreError::io(root, err));
+            }
+            // The pid is known when the holder runs in this mount namespace: then it holds the
+            // pid file's lock too (a file nobody holds names a finished run).
+            let pid = File::open(&path).ok().and_then(|mut f| {
+                // SAFETY: a valid fd for the duration of the call.
+                let free =
+                    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+                let mut text = String::new();
+                (!free && f.read_to_string(&mut text).is_ok())
+                    .then(|| text.trim().parse().ok())
+                    .flatten()
+            });
+            return Err(StoreError::Locked {
+                root: root.to_path_buf(),
+                pid,
+                lock: root.to_path_buf(),
+            });
         }
         atomic::create_dir_all_private(dir)?;
         let dmeta = std::fs::symlink_metadata(dir).map_err(|e| StoreError::io(dir, e))?;
@@ -106,7 +141,7 @@ impl StoreLock {
             .and_then(|_| file.rewind())
             .and_then(|_| file.write_all(pid.as_bytes()))
             .map_err(|e| StoreError::io(&path, e))?;
-        held.insert(key, (file, 1));
+        held.insert(key, (file, root_dir, 1));
         Ok(StoreLock { key, path })
     }
 
@@ -120,10 +155,10 @@ impl Drop for StoreLock {
     fn drop(&mut self) {
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(map) = held.as_mut() {
-            if let Some((_, n)) = map.get_mut(&self.key) {
+            if let Some((_, _, n)) = map.get_mut(&self.key) {
                 *n -= 1;
                 if *n == 0 {
-                    // Closing the file releases the flock.
+                    // Closing the file and the directory releases both flocks.
                     map.remove(&self.key);
                 }
             }
@@ -151,9 +186,17 @@ mod tests {
         let other = File::open(a.path()).unwrap();
         let try_other =
             || unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        // the store root directory is locked too (what a run in another mount namespace,
+        // with another /run, meets)
+        let root_dir = File::open(d.path()).unwrap();
+        let try_root =
+            || unsafe { libc::flock(root_dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        assert!(!try_root(), "the root directory is locked while held");
         drop(a);
         assert!(!try_other(), "still held by the second guard");
+        assert!(!try_root(), "still held by the second guard");
         drop(b);
         assert!(try_other(), "released with the last guard");
+        assert!(try_root(), "the root directory too");
     }
 }
