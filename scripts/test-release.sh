@@ -82,5 +82,5 @@ done
 # The FROM scratch image (scripts/image.sh) around the amd64 artifact, under a private real
 # dockerd, plans a mounted copy of every bundled node exactly as the host binary does.
 KUBELET_REHASH_BIN="$work/kubelet-rehash-$version-linux-amd64/kubelet-rehash" \
-    cargo test --workspace --release --test image -- --ignored
+    cargo test --release -p kubelet-rehash --features release-artifacts --test image
 echo "test-release.sh: both release binaries are static and give the reviewed output; so does the image"

@@ -51,6 +51,7 @@ if [ -x scripts/fuzz-smoke.sh ]; then
 fi
 
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
+# (the release-artifacts feature adds the image test target, which test-release.sh runs)
+cargo clippy --workspace --all-targets --features kubelet-rehash/release-artifacts -- -D warnings
 # every library crate documents every public item (#![deny(missing_docs)]) with links that resolve
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --lib --exclude kubelet-rehash

@@ -6,7 +6,8 @@
 //! A Rust test rather than a script: the testtools harness owns the private dockerd's whole
 //! life (private paths, and a Drop guard that stops it and unmounts and removes everything even
 //! when an assertion fails). It needs the static binary, which the test build does not make, so
-//! it is ignored in `cargo test` and run by scripts/test-release.sh after scripts/release.sh
+//! it is built only with the `release-artifacts` feature, which scripts/test-release.sh turns
+//! on after scripts/release.sh
 //! (`KUBELET_REHASH_BIN` names the release binary).
 
 mod under_test;
@@ -76,7 +77,6 @@ fn without_timings(json: &str) -> serde_json::Value {
 }
 
 #[test]
-#[ignore = "needs the static release binary: scripts/test-release.sh runs it after scripts/release.sh"]
 fn the_image_plans_every_mounted_node_copy_as_the_host_binary_does() {
     let release_bin = std::env::var("KUBELET_REHASH_BIN")
         .expect("KUBELET_REHASH_BIN names the static release binary");
