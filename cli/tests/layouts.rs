@@ -3,56 +3,14 @@
 //! with `--host-root` alone gives exactly the plan of `--root` given explicitly; what cannot be
 //! decided or read is a usage error (exit 2) that names the candidates or the file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_kubelet-rehash")
 }
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/nodes")
-        .join(rel)
-}
-
-struct Node {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-}
-
-impl Node {
-    fn new() -> Node {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap().join("host");
-        std::fs::create_dir(&root).unwrap();
-        Node { _tmp: tmp, root }
-    }
-
-    fn at(&self, node_path: &str) -> PathBuf {
-        self.root.join(node_path.trim_start_matches('/'))
-    }
-
-    fn place(&self, fixture_rel: &str, node_path: &str) -> PathBuf {
-        let dst = self.at(node_path);
-        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-        let st = Command::new("cp")
-            .arg("-a")
-            .arg(fixture(fixture_rel))
-            .arg(&dst)
-            .status()
-            .unwrap();
-        assert!(st.success());
-        dst
-    }
-
-    fn write(&self, node_path: &str, text: &str) -> PathBuf {
-        let p = self.at(node_path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-}
+use testtools::node_tree::{fixture, NodeTree as Node};
 
 fn run(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(bin())

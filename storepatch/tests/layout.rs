@@ -4,58 +4,20 @@
 //! `layout::find` must pick exactly that store, with its socket, and open it.
 
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use storepatch::layout::{self, HostRoot, Layout};
 use storepatch::runtime::DetectError;
 use storepatch::RuntimeKind;
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/nodes")
-        .join(rel)
+use testtools::node_tree::{fixture, NodeTree as Node};
+
+/// What the layout tests ask of a node tree.
+trait Discover {
+    fn host(&self) -> HostRoot;
+    fn find(&self) -> Result<layout::Found, DetectError>;
 }
 
-/// An empty node `/` in a temp dir.
-struct Node {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-}
-
-impl Node {
-    fn new() -> Node {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap().join("host");
-        std::fs::create_dir(&root).unwrap();
-        Node { _tmp: tmp, root }
-    }
-
-    /// `<host>/<node_path>`.
-    fn at(&self, node_path: &str) -> PathBuf {
-        self.root.join(node_path.trim_start_matches('/'))
-    }
-
-    /// Copies a bundled store (or any fixture directory) to `node_path`.
-    fn place(&self, fixture_rel: &str, node_path: &str) -> PathBuf {
-        let dst = self.at(node_path);
-        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-        let st = Command::new("cp")
-            .arg("-a")
-            .arg(fixture(fixture_rel))
-            .arg(&dst)
-            .status()
-            .unwrap();
-        assert!(st.success(), "cp -a {fixture_rel} {}", dst.display());
-        dst
-    }
-
-    fn write(&self, node_path: &str, text: &str) -> PathBuf {
-        let p = self.at(node_path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-
+impl Discover for Node {
     fn host(&self) -> HostRoot {
         HostRoot::new(&self.root).unwrap()
     }

@@ -437,28 +437,13 @@ impl Harness {
 
     /// SIGTERM to containerd's pid, and wait for it to exit (SIGKILL after 30 s).
     pub fn stop(&mut self) {
-        let Some(mut child) = self.daemon.take() else {
+        let Some(child) = self.daemon.take() else {
             return;
         };
-        let t0 = Instant::now();
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("containerd did not exit within 30 s of SIGTERM; killed it");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let took = crate::sigterm_and_wait(child, "containerd");
         self.notes.push(format!(
             "stop: containerd exited {:.2}s after SIGTERM",
-            t0.elapsed().as_secs_f64()
+            took.as_secs_f64()
         ));
     }
 

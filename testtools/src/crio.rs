@@ -244,25 +244,13 @@ impl Node {
 
     /// SIGTERM to crio's pid; waits for it to exit (SIGKILL and a panic after 30 s).
     pub fn stop(&mut self) {
-        let Some(mut child) = self.daemon.take() else {
+        let Some(child) = self.daemon.take() else {
             return;
         };
-        let t0 = Instant::now();
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("crio did not exit within 30 s of SIGTERM; killed it");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let took = crate::sigterm_and_wait(child, "crio");
         self.notes.push(format!(
             "stop: crio exited {:.2}s after SIGTERM",
-            t0.elapsed().as_secs_f64()
+            took.as_secs_f64()
         ));
     }
 

@@ -16,6 +16,7 @@ pub mod containerd;
 pub mod cri;
 pub mod crio;
 pub mod docker;
+pub mod node_tree;
 
 /// Makes `cmd` start its child in a session of its own, so signals sent to the test's process
 /// group (a Ctrl-C, a harness's kill) never reach the private daemon: its Drop guard stops it.
@@ -28,4 +29,26 @@ pub fn in_own_session(cmd: &mut std::process::Command) -> &mut std::process::Com
             Ok(())
         })
     }
+}
+
+/// Stops a private daemon the way its unit would: SIGTERM, then waits for it to exit; after
+/// 30 s kills it and panics (a runtime that ignores SIGTERM fails the test, it is not waited
+/// out). Returns how long it took, for the test's notes.
+pub fn sigterm_and_wait(mut child: std::process::Child, name: &str) -> std::time::Duration {
+    use std::time::{Duration, Instant};
+    let t0 = Instant::now();
+    // SAFETY: kill(2) on the pid of a child we still own (not yet waited for).
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let deadline = t0 + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{name} did not exit within 30 s of SIGTERM; killed it");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t0.elapsed()
 }
