@@ -1261,11 +1261,13 @@ fn a_second_run_on_a_locked_store_refuses_naming_the_holder() {
 }
 
 /// The lock holds across mount namespaces: a run whose `/run` is another one (a privileged Job
-/// in its own container, the node's `/` at `/host`) still excludes a run on the node. The
-/// holder here is a real process of the binary in its own mount namespace with a fresh tmpfs
-/// at /run (`unshare`), waiting for its pods on stdin while it holds the lock.
+/// in its own container, the node's `/` at `/host`) still excludes a run on the node. What such
+/// a run sees is a lock directory of its own, so the holder here is a real process of the binary
+/// with its own lock directory (`KUBELET_REHASH_LOCK_DIR`, the same code path as another `/run`;
+/// an `unshare --mount` holder needs CAP_SYS_ADMIN, which a CI sandbox may not grant), waiting
+/// for its pods on stdin while it holds the lock.
 #[test]
-fn the_lock_holds_across_mount_namespaces() {
+fn the_lock_holds_for_a_run_with_another_run_dir() {
     let node = small("docker-20.10");
     let tmp = tempfile::tempdir().unwrap();
     let exp: Value =
@@ -1275,12 +1277,10 @@ fn the_lock_holds_across_mount_namespaces() {
         .unwrap()
         .to_string();
     let bk1 = tmp.path().join("bk1");
-    let mut holder = Command::new("unshare");
+    let its_run = tmp.path().join("its-run/kubelet-rehash/locks");
+    let mut holder = Command::new(bin());
     holder
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(r#"mount -t tmpfs tmpfs /run && exec "$@""#)
-        .arg("sh")
-        .arg(bin())
+        .env(storepatch::lock::LOCK_DIR_ENV, &its_run)
         .args(["patch", "--pods", "-"])
         .args(node.store_flags())
         .args(["--to", &to, "--backup-dir"])
@@ -1288,14 +1288,24 @@ fn the_lock_holds_across_mount_namespaces() {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut holder = holder.spawn().expect("unshare (util-linux) runs");
-    // Wait until the other namespace's run holds the store: its pid file is in its own /run,
-    // so from here the holder is unknown — but the store is locked.
+    let mut holder = holder.spawn().expect("the binary runs");
+    // Wait until the other run holds the store: its pid file is in its own lock directory, so
+    // from here the holder is unknown — but the store is locked.
     let t = Instant::now();
     loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            let out = holder.wait_with_output().unwrap();
+            panic!(
+                "the holder ended ({status}) before it was seen holding the lock: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         match storepatch::lock::StoreLock::acquire(&node.store_root()) {
             Err(storepatch::StoreError::Locked { pid, .. }) => {
-                assert_eq!(pid, None, "the holder's pid file is in its own /run");
+                assert_eq!(
+                    pid, None,
+                    "the holder's pid file is in its own lock directory"
+                );
                 break;
             }
             Ok(_) => {}

@@ -530,3 +530,49 @@ fn rollback_refuses_forged_backups_and_writes_nothing_outside_the_store() {
         assert_eq!(&std::fs::read(p).unwrap(), &pristine[rel], "bytes restored");
     }
 }
+
+/// An unprivileged run (the demo, an operator's copy of a store) cannot create
+/// `/run/kubelet-rehash`: it keeps its lock files in a directory of its own user's instead
+/// (`/tmp/kubelet-rehash-<uid>/locks` without `$XDG_RUNTIME_DIR`), private, and patches.
+#[test]
+fn an_unprivileged_patch_locks_in_its_own_users_directory() {
+    require_root("runuser and chown");
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let base = node.dir.parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // the test binary's own directory need not be reachable by nobody: run a copy
+    let exe = base.join("kubelet-rehash");
+    std::fs::copy(bin(), &exe).unwrap();
+    let st = Command::new("chown")
+        .args(["-R", "nobody:nogroup"])
+        .arg(&node.dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "chown -R nobody {}", node.dir.display());
+    let locks = Path::new("/tmp/kubelet-rehash-65534");
+    let _ = std::fs::remove_dir_all(locks);
+    let out = Command::new("runuser")
+        .args(["-u", "nobody", "--", "env", "-u", "XDG_RUNTIME_DIR", "-u"])
+        .arg(storepatch::lock::LOCK_DIR_ENV)
+        .arg(&exe)
+        .args(["patch", "--pods"])
+        .arg(node.pods())
+        .args(node.store_flags())
+        .args(["--to", &to, "--backup-dir"])
+        .arg(node.dir.join("bk"))
+        .output()
+        .unwrap();
+    let r = Run::from(out);
+    assert!(r.ok(), "an unprivileged patch of its own copy: {r:?}");
+    let dir = locks.join("locks");
+    let m = std::fs::metadata(&dir).expect("the per-user lock directory exists");
+    assert_eq!(
+        (m.uid(), m.mode() & 0o7777),
+        (65534, 0o700),
+        "the per-user lock directory is nobody's and private"
+    );
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(files.len(), 1, "one lock file, for the one store");
+    std::fs::remove_dir_all(locks).unwrap();
+}

@@ -5,7 +5,8 @@
 //!
 //! # Where the lock lives, and why
 //!
-//! `/run/kubelet-rehash/locks/<st_dev>-<st_ino>.lock`, keyed by the store root's device and
+//! `/run/kubelet-rehash/locks/<st_dev>-<st_ino>.lock` (see [`lock_dir`] for unprivileged runs
+//! and `KUBELET_REHASH_LOCK_DIR`), keyed by the store root's device and
 //! inode, `flock(LOCK_EX | LOCK_NB)`, the holder's pid written into it:
 //! - not in the store root: a file of ours there is a foreign file in the runtime's data
 //!   (CRI-O's graphroot is containers/storage's, whose tools list what they find), and a
@@ -42,8 +43,32 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// Where the store locks are.
+/// Where root's store locks are.
 pub const LOCK_DIR: &str = "/run/kubelet-rehash/locks";
+
+/// The environment variable that moves the lock files (a node whose `/run` is read-only).
+pub const LOCK_DIR_ENV: &str = "KUBELET_REHASH_LOCK_DIR";
+
+/// Where this run keeps its lock files: `$KUBELET_REHASH_LOCK_DIR` when set; [`LOCK_DIR`] for
+/// root; otherwise a directory of the invoking user's (`$XDG_RUNTIME_DIR/kubelet-rehash/locks`,
+/// or `/tmp/kubelet-rehash-<uid>/locks`), because an unprivileged run (the demo, a copy of a
+/// store) cannot create `/run/kubelet-rehash`. Exclusion never rests on this directory — the
+/// flock on the store root directory excludes runs whatever their lock directory — so a run
+/// with another one only loses the holder's pid from the refusal message.
+pub fn lock_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os(LOCK_DIR_ENV).filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from(LOCK_DIR);
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(run) => Path::new(&run).join("kubelet-rehash/locks"),
+        None => PathBuf::from(format!("/tmp/kubelet-rehash-{uid}/locks")),
+    }
+}
 
 /// A store root's device and inode.
 type StoreKey = (u64, u64);
@@ -68,7 +93,7 @@ impl StoreLock {
     pub fn acquire(root: &Path) -> Result<StoreLock, StoreError> {
         let meta = std::fs::metadata(root).map_err(|e| StoreError::io(root, e))?;
         let key = (meta.dev(), meta.ino());
-        let dir = Path::new(LOCK_DIR);
+        let dir = &lock_dir();
         let path = dir.join(format!("{}-{}.lock", key.0, key.1));
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         let held = held.get_or_insert_with(HashMap::new);
