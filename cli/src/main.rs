@@ -102,6 +102,12 @@ enum Command {
         /// back. Without this flag such a plan is refused (exit 3).
         #[arg(long)]
         set_aside_checkpoints: bool,
+        /// How containerd's meta.db is backed up: `pages` (the original bytes of every page
+        /// the transaction overwrites, a few hundred KB) or `full` (a copy of the whole
+        /// file). Docker and CRI-O files are always copied whole. Rollback restores either
+        /// byte for byte.
+        #[arg(long, value_enum, default_value_t = BackupKind::Pages)]
+        backup: BackupKind,
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
@@ -488,10 +494,20 @@ fn write_report(path: &Path, plan: &Plan) -> Result<(), Failure> {
     .map_err(fail)
 }
 
+/// `patch --backup`: how containerd's meta.db is backed up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BackupKind {
+    /// The original bytes of the pages the transaction overwrites.
+    Pages,
+    /// A copy of the whole file.
+    Full,
+}
+
 fn cmd_patch(
     flags: &PlanFlags,
     backup_dir: Option<PathBuf>,
     set_aside_checkpoints: bool,
+    backup_kind: BackupKind,
     report: Option<&Path>,
     dry_run: bool,
     output: Output,
@@ -517,6 +533,7 @@ fn cmd_patch(
         None => flags.store.location()?.default_backup_dir(store.kind())?,
     });
     backup.set_aside_checkpoints = set_aside_checkpoints;
+    backup.bolt_full_copy = backup_kind == BackupKind::Full;
     let progress = spinner::Stderr::default();
     let done = match rehash::patch(&plan, store.as_ref(), &backup, &progress) {
         Ok(done) => done,
@@ -728,11 +745,13 @@ fn main() -> ExitCode {
             report,
             dry_run,
             set_aside_checkpoints,
+            backup,
             output,
         } => cmd_patch(
             plan,
             backup_dir.clone(),
             *set_aside_checkpoints,
+            *backup,
             report.as_deref(),
             *dry_run,
             *output,

@@ -461,6 +461,17 @@ impl Sweep {
 /// Every point of a small node's run (or `limit` of them, spread evenly), plus `timed` random kills.
 fn sweep(node: Node, limit: u64, rekill: bool, timed: u32) {
     let mut s = Sweep::new(node, None);
+    if s.node.kind == Kind::Containerd {
+        // the undo file of the default page backup is written and fsync-ed before the manifest
+        let at = |name: &str| s.points.iter().position(|p| p == name);
+        assert!(
+            at("backup-pages-write") < at("backup-pages-fsync")
+                && at("backup-pages-fsync").is_some()
+                && at("backup-pages-fsync") < at("bolt-write-pages"),
+            "{:?}",
+            s.points
+        );
+    }
     let t = Instant::now();
     let chosen = spread(s.points.len() as u64, limit);
     for &n in &chosen {
@@ -512,10 +523,21 @@ fn crash_sweep_crio_1_30_sampled() {
 fn crash_sweep_large_containerd_1_7() {
     let mut s = Sweep::new(large("containerd-1.7-large"), None);
     let t = Instant::now();
-    // every step of the bolt transaction, and a spread of the others (backup, manifest, report)
+    // every step of the page backup and of the bolt transaction, and a spread of the others
+    // (manifest, report)
     let mut chosen: Vec<u64> = (1..=s.points.len() as u64)
-        .filter(|n| s.points[*n as usize - 1].starts_with("bolt-"))
+        .filter(|n| {
+            let p = &s.points[*n as usize - 1];
+            p.starts_with("bolt-") || p.starts_with("backup-pages-")
+        })
         .collect();
+    assert!(
+        chosen
+            .iter()
+            .any(|n| s.points[*n as usize - 1] == "backup-pages-fsync"),
+        "the default backup of meta.db is by page: {:?}",
+        s.points
+    );
     chosen.extend(spread(s.points.len() as u64, 4));
     chosen.sort();
     chosen.dedup();

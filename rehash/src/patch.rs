@@ -19,6 +19,9 @@ pub struct BackupOptions {
     /// rebuilds the state); `rollback` puts the files back byte for byte. Without it such a
     /// plan is refused.
     pub set_aside_checkpoints: bool,
+    /// Back up containerd's meta.db as a whole copy instead of the pages its transaction
+    /// overwrites (`--backup full`); either way `rollback` restores it byte for byte.
+    pub bolt_full_copy: bool,
 }
 
 impl BackupOptions {
@@ -27,6 +30,7 @@ impl BackupOptions {
         BackupOptions {
             dir: dir.into(),
             set_aside_checkpoints: false,
+            bolt_full_copy: false,
         }
     }
 }
@@ -124,6 +128,7 @@ pub fn patch(
     });
     let mut bk =
         storepatch::backup::Backup::create(&backup.dir, store.kind().name(), store.root())?;
+    bk.set_bolt_full_copy(backup.bolt_full_copy);
     // The checkpoints' copies go into the same backup, committed with the store's copies
     // before the first write; the files are removed only after the store was rewritten.
     let mut set_aside_bytes = Vec::with_capacity(set_aside.len());

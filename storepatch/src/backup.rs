@@ -26,12 +26,16 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+mod pages;
+pub use pages::{undo_ranges, PageUndo, PageUndoPlan};
+
 /// The manifest's name inside a backup directory.
 pub const MANIFEST_NAME: &str = "manifest.json";
 /// Written by this build: 2 (copies may share a pack file, `offset` set). Format 1 (one file
 /// per copy) is read too.
 const FORMAT: u32 = 2;
-const READABLE_FORMATS: [u32; 2] = [1, 2];
+/// Format 3: a bolt file may be backed up by page ([`PageUndo`]); written only then.
+const READABLE_FORMATS: [u32; 3] = [1, 2, 3];
 
 /// Lowercase hex sha256 of `bytes`, as the manifest records it.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -66,6 +70,10 @@ pub struct ManifestEntry {
     /// kubelet would reject, set aside on the operator's request): rollback recreates it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub set_aside: bool,
+    /// A bolt file backed up by page: `backup_file` holds the original bytes of these ranges
+    /// only, `sha256_original` / `sha256_new` are over them (see [`PageUndo`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<PageUndo>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,6 +108,7 @@ pub struct Backup {
     /// every writeback error of the copies (syncfs(2) reports errors since the open).
     dir_fd: fs::File,
     manifest: Manifest,
+    bolt_full_copy: bool,
 }
 
 /// One file for [`Backup::save_many`].
@@ -182,6 +191,7 @@ impl Backup {
                 state: "prepared".into(),
                 entries: Vec::new(),
             },
+            bolt_full_copy: false,
         })
     }
 
@@ -255,6 +265,7 @@ impl Backup {
                 sha256_original,
                 sha256_new,
                 set_aside: false,
+                pages: None,
             });
             offset += it.original.len() as u64;
         }
@@ -371,6 +382,7 @@ fn write_copy(
         sha256_original,
         sha256_new: new_sha256,
         set_aside: false,
+        pages: None,
     })
 }
 
@@ -463,6 +475,13 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, StoreError> {
                 "{}: backup file name {:?} is not a plain name in the backup directory",
                 path.display(),
                 e.backup_file
+            )));
+        }
+        if manifest.format < pages::PAGES_FORMAT && e.pages.is_some() {
+            return Err(StoreError::Backup(format!(
+                "{}: a format {} manifest cannot hold page backups",
+                path.display(),
+                manifest.format
             )));
         }
         if manifest.format == 1 && e.offset.is_some() {
@@ -563,6 +582,9 @@ fn check_entry(
     entry: &ManifestEntry,
     accept_unknown_new: bool,
 ) -> Result<CheckedEntry, StoreError> {
+    if let Some(p) = &entry.pages {
+        return pages::check_entry(dir, entry, p, accept_unknown_new);
+    }
     let copy_path = dir.join(&entry.backup_file);
     let (copy, what) = match entry.offset {
         None => {

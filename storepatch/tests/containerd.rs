@@ -425,15 +425,28 @@ fn apply_and_verify(r: &Root_, rewrites: &[Rewrite], synced: bool) -> Vec<u8> {
         assert_eq!(rescan[&rw.id].hash, Some(rw.hash.to_string()));
     }
     let new_bytes = fs::read(&path).unwrap();
-    // manifest
+    // manifest: by default meta.db is backed up by page, the undo file holding only the
+    // original bytes of what the transaction overwrote
     let m = backup::read_manifest(&bdir).unwrap();
     assert_eq!(m.state, "applied");
+    assert_eq!(m.format, 3, "page backups need format 3");
     assert_eq!(m.entries.len(), 1);
-    assert_eq!(m.entries[0].sha256_original, backup::sha256_hex(&orig));
-    assert_eq!(
-        m.entries[0].sha256_new.as_deref(),
-        Some(backup::sha256_hex(&new_bytes).as_str())
+    let e = &m.entries[0];
+    let pages = e.pages.as_ref().expect("a page backup");
+    let undo = fs::read(bdir.join(&e.backup_file)).unwrap();
+    assert_eq!(e.sha256_original, backup::sha256_hex(&undo));
+    assert_eq!(e.size, orig.len() as u64);
+    assert_eq!(pages.size_after, Some(new_bytes.len() as u64));
+    assert!(e.sha256_new.is_some());
+    assert!(
+        (undo.len() as u64) <= st.bytes_written,
+        "the undo file ({} bytes) holds at most what the commit wrote ({})",
+        undo.len(),
+        st.bytes_written
     );
+    for [off, len] in pages.ranges.iter().chain(&pages.zero_ranges) {
+        assert!(off + len <= orig.len() as u64);
+    }
     // idempotent rerun: nothing written, nothing backed up
     let (_d2, mut b2, _) = new_backup("b2");
     let again = store.apply(rewrites, &mut b2).unwrap();
@@ -451,6 +464,32 @@ fn apply_and_verify(r: &Root_, rewrites: &[Rewrite], synced: bool) -> Vec<u8> {
         fs::read(&path).unwrap(),
         orig,
         "rollback restored meta.db byte for byte"
+    );
+    let rb = backup::rollback(&bdir, false).unwrap();
+    assert_eq!(rb.files[0].1, backup::RollbackAction::AlreadyOriginal);
+
+    // `--backup full`: a whole copy (format 2), restored as exactly
+    let (_d3, mut b3, bdir3) = new_backup("b3");
+    b3.set_bolt_full_copy(true);
+    store.apply(rewrites, &mut b3).unwrap();
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        new_bytes,
+        "same transaction either way"
+    );
+    let m = backup::read_manifest(&bdir3).unwrap();
+    assert_eq!(m.format, 2);
+    assert!(m.entries[0].pages.is_none());
+    assert_eq!(m.entries[0].sha256_original, backup::sha256_hex(&orig));
+    assert_eq!(
+        m.entries[0].sha256_new.as_deref(),
+        Some(backup::sha256_hex(&new_bytes).as_str())
+    );
+    backup::rollback(&bdir3, false).unwrap();
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        orig,
+        "full copy restored byte for byte"
     );
     new_bytes
 }

@@ -11,10 +11,12 @@
 //!   meta.db's flock (so a containerd started meanwhile waits, as it does for itself). Each
 //!   value is changed only in the annotation values and re-decoded and compared with the
 //!   expected document before anything is written; the planned tree passes the bbolt
-//!   consistency check and is re-read before the commit; the backup (byte copy of meta.db)
-//!   is durable before the first write; the commit is bbolt's data-pages → fdatasync → meta →
-//!   fdatasync, so a crash leaves the old or the new database. Rollback is
-//!   [`crate::backup::rollback`] (whole-file restore).
+//!   consistency check and is re-read before the commit; the backup is durable before the
+//!   first write: by default the original bytes of every page the transaction overwrites and
+//!   the file's length ([`crate::backup::PageUndo`]), or a byte copy of the whole file
+//!   ([`Backup::set_bolt_full_copy`], `--backup full`); the commit is bbolt's data-pages →
+//!   fdatasync → meta → fdatasync, so a crash leaves the old or the new database. Rollback is
+//!   [`crate::backup::rollback`], giving back the original file byte for byte either way.
 
 /// The bolt engine, the [`boltfile`] crate (re-exported under its old path).
 pub use boltfile as bolt;
@@ -22,7 +24,7 @@ pub mod cri;
 pub mod runtime;
 
 use crate::atomic::FileMeta;
-use crate::backup::{sha256_hex, Backup};
+use crate::backup::{self as bolt_undo, sha256_hex, Backup};
 use crate::error::StoreError;
 use crate::{
     ApplyOutcome, RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreRecord,
@@ -577,6 +579,7 @@ impl ContainerdStore {
 
         // Verify the new tree before a single byte is written.
         let t2 = Instant::now();
+        let meta_page = plan.new_meta.encode();
         let planned = plan.view(&db.data);
         let rep2 = bolt::check::check(&planned, &plan.new_meta);
         if !rep2.is_ok() {
@@ -597,7 +600,17 @@ impl ContainerdStore {
         st.t_verify = t2.elapsed();
 
         let t3 = Instant::now();
-        backup.save(&self.db_path, &db.data, fmeta, None)?;
+        let by_page = !backup.bolt_full_copy();
+        if by_page {
+            backup.save_pages(
+                &self.db_path,
+                &db.data,
+                fmeta,
+                page_undo_plan(&db, &plan, &meta_page),
+            )?;
+        } else {
+            backup.save(&self.db_path, &db.data, fmeta, None)?;
+        }
         backup.commit()?;
         st.t_backup = t3.elapsed();
 
@@ -630,7 +643,11 @@ impl ContainerdStore {
                 reason: format!("after commit: {reason}"),
             }
         })?;
-        backup.set_new_sha256(&self.db_path, sha256_hex(&after.data));
+        if by_page {
+            backup.set_pages_after(&self.db_path, &after.data);
+        } else {
+            backup.set_new_sha256(&self.db_path, sha256_hex(&after.data));
+        }
         backup.finish()?;
         st.t_after = t5.elapsed();
 
@@ -645,6 +662,28 @@ impl ContainerdStore {
         outcome.files_written = 1;
         outcome.bytes_written = cs.bytes_written;
         Ok((outcome, st))
+    }
+}
+
+/// What the page backup of `plan`'s transaction on `db` records: every page it writes inside
+/// the current file, both meta pages, and the meta page it writes (`meta_page`).
+fn page_undo_plan<'a>(
+    db: &Db,
+    plan: &write::Plan,
+    meta_page: &'a [u8],
+) -> bolt_undo::PageUndoPlan<'a> {
+    let ps = plan.new_meta.page_size as u64;
+    bolt_undo::PageUndoPlan {
+        page_size: ps,
+        ranges: bolt_undo::undo_ranges(
+            db.data.len() as u64,
+            ps,
+            plan.pages
+                .iter()
+                .map(|(id, buf)| (id * ps, buf.len() as u64)),
+        ),
+        new_meta_offset: plan.new_meta.page * ps,
+        new_meta: meta_page,
     }
 }
 
