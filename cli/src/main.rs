@@ -506,8 +506,7 @@ enum BackupKind {
 fn cmd_patch(
     flags: &PlanFlags,
     backup_dir: Option<PathBuf>,
-    set_aside_checkpoints: bool,
-    backup_kind: BackupKind,
+    (set_aside_checkpoints, backup_kind): (bool, BackupKind),
     report: Option<&Path>,
     dry_run: bool,
     output: Output,
@@ -750,8 +749,7 @@ fn main() -> ExitCode {
         } => cmd_patch(
             plan,
             backup_dir.clone(),
-            *set_aside_checkpoints,
-            *backup,
+            (*set_aside_checkpoints, *backup),
             report.as_deref(),
             *dry_run,
             *output,

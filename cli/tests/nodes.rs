@@ -838,3 +838,61 @@ fn static_pod_manifests_flag() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no-manifests"), "names the dir: {err}");
 }
+
+/// `patch` backs meta.db up by page by default (an undo file far smaller than the file, manifest
+/// format 3) and whole with `--backup full` (format 2); `rollback` restores every byte from
+/// either, on the 2,000-container node.
+#[test]
+fn containerd_page_and_full_backups_both_roll_back_exactly() {
+    let node = unpack_large("containerd-1.7-large.tar.gz", "containerd-1.7-large");
+    let before = node.tree();
+    let meta_len = std::fs::metadata(
+        node.dir
+            .join("var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db"),
+    )
+    .unwrap()
+    .len();
+    for (kind, format) in [(None, 3), (Some("full"), 2)] {
+        let backup = node.dir.join(format!("backup-{}", kind.unwrap_or("pages")));
+        let mut args = vec!["--to", "1.31", "--backup-dir", backup.to_str().unwrap()];
+        if let Some(k) = kind {
+            args.extend(["--backup", k]);
+        }
+        let (code, _, err) = node.run("patch", &args);
+        assert!(code == 0 || code == 4, "patch {args:?}: exit {code}: {err}");
+        assert_ne!(node.tree(), before);
+        let manifest: Value =
+            serde_json::from_slice(&std::fs::read(backup.join("manifest.json")).unwrap()).unwrap();
+        assert_eq!(manifest["format"], format, "{manifest}");
+        let entry = &manifest["entries"][0];
+        let copy_len = std::fs::metadata(backup.join(entry["backup_file"].as_str().unwrap()))
+            .unwrap()
+            .len();
+        if kind.is_none() {
+            assert!(
+                copy_len * 20 < meta_len,
+                "the undo file ({copy_len} bytes) is a small part of meta.db ({meta_len})"
+            );
+            assert!(entry["pages"]["ranges"].as_array().unwrap().len() > 1);
+        } else {
+            assert_eq!(copy_len, meta_len, "a whole copy");
+        }
+        let out = Command::new(bin())
+            .arg("rollback")
+            .arg("--backup-dir")
+            .arg(&backup)
+            .args(node.store_flags())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rollback: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            node.tree(),
+            before,
+            "{kind:?}: rollback restores every byte"
+        );
+    }
+}

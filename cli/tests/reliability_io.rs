@@ -107,7 +107,8 @@ fn disk_full_store_containerd() {
 
 /// The backup dir's file system fills up while the originals are copied: exit 1, ENOSPC named,
 /// the store untouched; the half-made backup has no manifest, so rollback refuses it.
-fn backup_fills_up(name: &str, size: &str) {
+/// `extra`: more `patch` flags (`--backup full`).
+fn backup_fills_up(name: &str, size: &str, extra: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let node = small(name);
     let to = node.last_target();
@@ -115,8 +116,12 @@ fn backup_fills_up(name: &str, size: &str) {
     let mnt = tmp.path().join("bmnt");
     let _m = Mount::tmpfs(&mnt, size);
     let bk = mnt.join("backup");
-    let r = node.patch(&to, &bk);
-    assert_eq!(r.code, Some(1), "{name}: backup on a full disk: {r:?}");
+    let r = Run::from(node.patch_cmd(&to, &bk).args(extra).output().unwrap());
+    assert_eq!(
+        r.code,
+        Some(1),
+        "{name} {extra:?}: backup on a full disk: {r:?}"
+    );
     assert!(
         r.stderr.contains("No space left on device")
             && r.stderr.contains(&bk.display().to_string()),
@@ -139,13 +144,19 @@ fn backup_fills_up(name: &str, size: &str) {
 #[test]
 fn disk_full_backup_docker() {
     // 24 files of ~4 KiB: two thirds fit
-    backup_fills_up("docker-20.10", "64k");
+    backup_fills_up("docker-20.10", "64k", &[]);
 }
 
 #[test]
 fn disk_full_backup_containerd() {
+    // the page undo of this patch is 44 KiB
+    backup_fills_up("containerd-1.7", "32k", &[]);
+}
+
+#[test]
+fn disk_full_backup_containerd_full_copy() {
     // meta.db is ~2 MiB
-    backup_fills_up("containerd-1.7", "1m");
+    backup_fills_up("containerd-1.7", "1m", &["--backup", "full"]);
 }
 
 /// The store on a read-only file system: `plan` works, `patch` fails (exit 1, EROFS named)
