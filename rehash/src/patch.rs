@@ -160,9 +160,9 @@ pub fn patch(
     // Read back what the runtime will read: every rewrite must now hold its target.
     progress.event(Event::ReadBackStarted);
     let t_verify = Instant::now();
-    let after = store.scan()?;
-    let by_id: HashMap<&str, &StoreRecord> =
-        after.records.iter().map(|r| (r.id.as_str(), r)).collect();
+    let ids: Vec<&str> = rewrites.iter().map(|rw| rw.id.as_str()).collect();
+    let after = store.read_back(&ids)?;
+    let by_id: HashMap<&str, &StoreRecord> = after.iter().map(|r| (r.id.as_str(), r)).collect();
     let bad: Vec<String> = rewrites
         .iter()
         .filter(|rw| {

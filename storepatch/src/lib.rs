@@ -68,6 +68,7 @@ pub mod layout;
 pub mod live;
 pub mod lock;
 pub mod runtime;
+pub mod splice_proof;
 
 pub use error::StoreError;
 pub use hashcompat::Hash;
@@ -284,5 +285,13 @@ pub trait RuntimeStore: Send + Sync {
     /// Only for stopped runtimes. Stores written in place (a bolt file) have none.
     fn sweep_stale_temps(&self) -> Result<usize, StoreError> {
         Ok(0)
+    }
+    /// The records `ids` as the runtime will read them, after [`RuntimeStore::apply`]: what
+    /// a patch checks its rewrites against (only ids, hashes and problems need be filled in).
+    /// By default the whole store is scanned; a back-end with one file per record reads just
+    /// those.
+    fn read_back(&self, ids: &[&str]) -> Result<Vec<StoreRecord>, StoreError> {
+        let _ = ids;
+        Ok(self.scan()?.records)
     }
 }

@@ -265,7 +265,7 @@ fn decode_doc(doc: Value) -> Result<(Decoded, Value), String> {
 /// differently from serde_json (the CRI plugin matches struct fields case-insensitively and
 /// merges repeated objects, see [`crate::jsonspan`]), and annotations the CRI plugin cannot
 /// decode (a member that is not a string, duplicates included).
-fn annotations(json: &[u8]) -> Result<Option<jsonspan::Object<'_>>, String> {
+pub(crate) fn annotations(json: &[u8]) -> Result<Option<jsonspan::Object<'_>>, String> {
     let scan = || {
         let root = jsonspan::root(json)?;
         root.field("Version")?;

@@ -21,6 +21,7 @@
 /// The bolt engine, the [`boltfile`] crate (re-exported under its old path).
 pub use boltfile as bolt;
 pub mod cri;
+mod proof;
 pub mod runtime;
 
 use crate::atomic::FileMeta;
@@ -705,8 +706,8 @@ fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, Sto
             cri::CONTAINER_TYPE_URL
         )));
     }
-    // the field scan of decode_json runs in rewrite_json when there is something to change
-    let (d, doc) = cri::decode_json_unscanned(&raw[layout.value.clone()]).map_err(bad)?;
+    // the field scan of decode_json runs in proof::rewrite_proven when there is something to change
+    let (d, _) = cri::decode_json_unscanned(&raw[layout.value.clone()]).map_err(bad)?;
     let new_hash = rw.hash.to_string();
     let new_hwr = rw.hash_without_resources.map(|h| h.to_string());
     let mut changes: Vec<(&str, &str)> = Vec::new();
@@ -731,7 +732,7 @@ fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, Sto
     if changes.is_empty() {
         return Ok(None);
     }
-    cri::rewrite_extension_with(raw, &layout, doc, &changes)
+    proof::rewrite_proven(raw, &layout, &d.annotations, &changes)
         .map(Some)
         .map_err(|reason| StoreError::Verify {
             location: loc.to_string(),
@@ -824,6 +825,10 @@ impl RuntimeStore for ContainerdStore {
 
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
         self.apply_detailed(rewrites, backup).map(|(o, _)| o)
+    }
+
+    fn read_back(&self, ids: &[&str]) -> Result<Vec<StoreRecord>, StoreError> {
+        self.read_back_hashes(ids)
     }
 }
 

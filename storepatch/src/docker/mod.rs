@@ -399,8 +399,8 @@ impl DockerStore {
 }
 
 /// The in-memory core of [`DockerStore::apply`] for one container: edits the hash labels of
-/// the `config.v2.json` bytes `original` as `rw` asks and proves the result (it re-parses to
-/// the original document with only those label values changed; every other byte is kept).
+/// the `config.v2.json` bytes `original` as `rw` asks and proves the result at the byte level
+/// ([`crate::splice_proof`]: only those label values changed, every other byte is kept).
 /// Returns the new bytes, equal to `original` when the labels already hold the values.
 /// `location` names the file in errors. Writes nothing; public for the fuzz targets.
 pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<u8>, StoreError> {
@@ -497,6 +497,7 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
             reason: "the byte scanner did not find the Config.Labels the parser saw".into(),
         })?;
     let mut edits = Vec::with_capacity(wanted.len());
+    let mut splices = Vec::with_capacity(wanted.len());
     for (key, value) in &wanted {
         let span = labels_obj
             .get_string(key)
@@ -507,36 +508,25 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
             })?
             .value
             .clone();
+        let old = labels
+            .get(*key)
+            .and_then(|v| v.as_str())
+            .expect("checked above");
+        splices.push(crate::splice_proof::Spliced {
+            span: span.clone(),
+            old,
+            new: value,
+        });
         edits.push(jsonspan::Edit::string(span, value).map_err(scan_error)?);
     }
     let new = jsonspan::splice(original, edits).map_err(scan_error)?;
-    // Verify: the new bytes parse to the original document with just these values changed.
-    let mut expected = doc;
-    {
-        let labels = expected
-            .get_mut("Config")
-            .and_then(|c| c.get_mut("Labels"))
-            .and_then(|l| l.as_object_mut())
-            .expect("checked above");
-        for (k, v) in &wanted {
-            labels.insert(
-                (*k).to_string(),
-                serde_json::Value::String((*v).to_string()),
-            );
-        }
-    }
-    let reparsed: serde_json::Value =
-        serde_json::from_slice(&new).map_err(|e| StoreError::Verify {
-            location: location.to_string(),
-            reason: format!("the edited bytes do not parse: {e}"),
-        })?;
-    if reparsed != expected {
-        return Err(StoreError::Verify {
-            location: location.to_string(),
-            reason: "the edited document differs from the original in more than the hash labels"
-                .into(),
-        });
-    }
+    // Proved at the byte level (no second parse): only the label values changed.
+    crate::splice_proof::prove(original, &new, &splices).map_err(|reason| StoreError::Verify {
+        location: location.to_string(),
+        reason: format!(
+            "the edited document differs from the original in more than the hash labels: {reason}"
+        ),
+    })?;
     Ok(new)
 }
 
@@ -615,6 +605,10 @@ impl RuntimeStore for DockerStore {
             ))),
             LiveRestore::On(_) | LiveRestore::Unknown(_) => Ok(()),
         }
+    }
+
+    fn read_back(&self, ids: &[&str]) -> Result<Vec<StoreRecord>, StoreError> {
+        self.read_back_labels(ids)
     }
 
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
@@ -696,5 +690,6 @@ impl RuntimeStore for DockerStore {
     }
 }
 
+mod readback;
 #[cfg(test)]
 mod tests;
