@@ -56,14 +56,15 @@ echo "journaled ext4 on $(findmnt -n -o SOURCE "$mnt"); $pairs pairs; load $(cut
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.1f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 settle() { sync; sleep 0.5; }
-# timed CMD...: runs CMD, appends "wall_ms rss_kb" to $rec
+# timed CMD...: runs CMD, prints "wall_ms rss_kb cpu_ms" (cpu = user + sys: on a shared machine
+# the wall time swings with the other jobs' load, the CPU time much less)
 timed() {
     local t0 t1 rc=0
     t0=$(date +%s%N)
     /usr/bin/time -v -o "$work/time.txt" "$@" > "$work/out.json" 2> "$work/err.txt" || rc=$?
     t1=$(date +%s%N)
     [ "$rc" = 0 ] || [ "$rc" = 4 ] || { echo "failed ($rc): $*" >&2; cat "$work/err.txt" >&2; exit 1; }
-    echo "$(( (t1 - t0) / 1000000 )) $(awk -F': ' '/Maximum resident set size/ {print $2}' "$work/time.txt")"
+    echo "$(( (t1 - t0) / 1000000 )) $(awk -F': ' '/Maximum resident set size/ {rss=$2} /User time/ {u=$2} /System time/ {s=$2} END {printf "%d %d", rss, (u + s) * 1000}' "$work/time.txt")"
 }
 col() { awk -v c="$1" '{print $c}' "$2" | median; }
 
@@ -97,11 +98,13 @@ EOF
             if [ "$node" = docker-20.10 ]; then
                 plan=$(timed "$b" plan "${common[@]}" -o json)
             else
-                plan="0 0"
+                plan="0 0 0"
             fi
             patch=$(timed "$b" patch "${common[@]}" --backup-dir "$mnt/backup" -o json)
             cd "$here"
-            echo "$(( ${plan% *} + ${patch% *} )) ${patch#* }" >> "$work/ours-$v.txt"
+            read -r pw _ pc <<< "$plan"
+            read -r w r c <<< "$patch"
+            echo "$(( pw + w )) $r $(( pc + c ))" >> "$work/ours-$v.txt"
             python3 -c "import json; print(round(json.load(open('$work/out.json'))['timings']['backup_and_apply_ms'], 1))" >> "$work/apply-$v.txt"
             du -sb --apparent-size --exclude=report.json "$mnt/backup" | cut -f1 >> "$work/backup-$v.txt"
         }
@@ -121,6 +124,7 @@ EOF
         fi
     done
     ref=$(col 1 "$work/ref.txt")
+    refcpu=$(col 3 "$work/ref.txt")
     if [ "$node" = docker-20.10 ]; then
         refname="cp -r + sync of containers/ ($(find "$pristine/$files" -type f | wc -l) files)"
         ourname="plan + patch"
@@ -129,13 +133,14 @@ EOF
         ourname="patch"
     fi
     echo "== $node-large: store $store_bytes bytes ($files); medians of $pairs interleaved pairs"
-    echo "   reference: $refname: $ref ms (min $(sort -n "$work/ref.txt" | head -1 | cut -d' ' -f1))"
+    echo "   reference: $refname: $ref ms (min $(sort -n "$work/ref.txt" | head -1 | cut -d' ' -f1)), CPU $refcpu ms"
     [ "$node" = containerd-1.7 ] && echo "   Go transaction alone: $(median < "$work/ref-tx.txt") ms"
     for v in "${!bins[@]}"; do
         ours=$(col 1 "$work/ours-$v.txt")
         rss=$(col 2 "$work/ours-$v.txt")
+        cpu=$(col 3 "$work/ours-$v.txt")
         apply=$(median < "$work/apply-$v.txt")
-        echo "   ${names[$v]}: $ourname $ours ms (min $(sort -n "$work/ours-$v.txt" | head -1 | cut -d' ' -f1)) = $(ratio "$ours" "$ref")× reference; backup+apply $apply ms$([ "$node" = containerd-1.7 ] && echo " = $(ratio "$apply" "$(median < "$work/ref-tx.txt")")× Go's transaction"); patch peak RSS $((rss / 1024)) MB = $(ratio "$((rss * 1024))" "$store_bytes")× store; backup wrote $(median < "$work/backup-$v.txt") bytes"
+        echo "   ${names[$v]}: $ourname $ours ms (min $(sort -n "$work/ours-$v.txt" | head -1 | cut -d' ' -f1)) = $(ratio "$ours" "$ref")× reference (CPU $cpu ms = $(ratio "$cpu" "$refcpu")×); backup+apply $apply ms$([ "$node" = containerd-1.7 ] && echo " = $(ratio "$apply" "$(median < "$work/ref-tx.txt")")× Go's transaction"); patch peak RSS $((rss / 1024)) MB = $(ratio "$((rss * 1024))" "$store_bytes")× store; backup wrote $(median < "$work/backup-$v.txt") bytes"
     done
     rm -f "$work/hashes.txt"
     rm -rf "$pristine" "$mnt/n" "$mnt/copy" "$mnt/backup"
