@@ -11,6 +11,11 @@
 #   change under us the way a regenerated tag archive can.
 # * Go 1.24: the private trixie toolchain of scripts/setup-go-1.24.sh (.cache/go-1.24); go.mod
 #   asks for go 1.23.12, which 1.24 builds with GOTOOLCHAIN=local.
+# * dockerd 26.1.5: cri-dockerd 0.4.1 refuses a Docker Engine older than API 1.42 (Docker 23.0;
+#   libdocker.MinimumDockerAPIVersion), so Debian 12's docker.io 20.10 (API 1.41) cannot run
+#   behind it. Debian 13 trixie's docker.io is fetched through the private apt configuration
+#   (scripts/apt-private.sh) and unpacked into .cache/runtimes/docker-26.1.5/, never installed
+#   system-wide; it runs with Debian 12's containerd and runc (setup-docker.sh installs them).
 # * CNI plugins: Debian 12's containernetworking-plugins, `apt-get download` + `dpkg-deb -x`
 #   into .cache/cni: never installed system-wide, so the test's plugins are exactly these and a
 #   node's own /opt/cni/bin is never used or changed.
@@ -49,12 +54,34 @@ if ! cni_ok; then
 fi
 log "CNI plugins in $cni/bin: $(ls "$cni/bin" | tr '\n' ' ')"
 
-# ---- 2. Go 1.24 ------------------------------------------------------------------------------
+# ---- 2. dockerd 26.1.5 (trixie), unpacked ------------------------------------------------------
+docker_ver=26.1.5
+docker_debver=26.1.5+dfsg1-9+deb13u1+b1
+docker_dir="$cache/runtimes/docker-$docker_ver"
+docker_ok() { "$docker_dir/usr/sbin/dockerd" --version 2>/dev/null | grep -q "version $docker_ver"; }
+if ! docker_ok; then
+    . "$here/scripts/apt-private.sh"
+    apt_private_init trixie
+    debs="$cache/apt-private/debs"
+    mkdir -p "$debs"
+    if [ -z "$(find "$debs" -maxdepth 1 -name "docker.io_${docker_debver}_*.deb" | head -1)" ]; then
+        log "downloading docker.io=$docker_debver (trixie)"
+        (cd "$debs" && apt-get "${APT_PRIVATE[@]}" download "docker.io=$docker_debver" 2>&1 | grep -v "unsandboxed as root" || true)
+    fi
+    deb="$(find "$debs" -maxdepth 1 -name "docker.io_${docker_debver}_*.deb" | head -1)"
+    [ -n "$deb" ] || { echo "setup-cri-dockerd: docker.io $docker_debver was not downloaded into $debs" >&2; exit 1; }
+    rm -rf "$docker_dir" && mkdir -p "$docker_dir"
+    dpkg-deb -x "$deb" "$docker_dir"
+    docker_ok || { echo "setup-cri-dockerd: $docker_dir/usr/sbin/dockerd does not run here" >&2; "$docker_dir/usr/sbin/dockerd" --version >&2 || true; exit 1; }
+fi
+log "$("$docker_dir/usr/sbin/dockerd" --version) in $docker_dir"
+
+# ---- 3. Go 1.24 ------------------------------------------------------------------------------
 "$here/scripts/setup-go-1.24.sh"
 goroot="$cache/go-1.24"
 export GOROOT="$goroot" PATH="$goroot/bin:$PATH"
 
-# ---- 3. cri-dockerd 0.4.1 --------------------------------------------------------------------
+# ---- 4. cri-dockerd 0.4.1 --------------------------------------------------------------------
 echo "$tarball_sha256  $tarball" | sha256sum -c --quiet - \
     || { echo "setup-cri-dockerd: $tarball does not have sha256 $tarball_sha256" >&2; exit 1; }
 # The archive has no .git: the Makefile's `git describe` would give nothing, so the version is
