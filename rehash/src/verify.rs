@@ -160,12 +160,18 @@ pub fn verify_live(report: &Plan, endpoint: Option<&str>) -> Result<LiveVerifica
             "the report is a plan, not a patch report: give the report `patch` wrote (--report, or report.json in the backup dir)".into(),
         ));
     }
+    // After the dockershim → cri-dockerd switch every kept container matters, also those whose
+    // hash the target computes alike (1.23 → 1.24 changes none of many specs): cri-dockerd must
+    // adopt them all.
+    let kept = |a: Action| {
+        a == Action::Rewrite || (report.cri_dockerd.is_some() && a == Action::Unchanged)
+    };
     let rewritten: Vec<_> = report
         .records
         .iter()
-        .filter(|r| r.action == Action::Rewrite)
+        .filter(|r| kept(r.action) && r.target_hash.is_some())
         .collect();
-    if rewritten.is_empty() {
+    if rewritten.is_empty() && report.cri_dockerd.is_none() {
         return Err(Error::NothingToVerify(
             "the patch report has no rewritten containers: there is nothing to verify live".into(),
         ));
@@ -290,7 +296,10 @@ fn container_problems(
             problems.push(LiveProblem::Missing { id });
             continue;
         };
-        let want = r.target_hash.expect("a rewrite has a target").to_string();
+        let want = r
+            .target_hash
+            .expect("only records with a target")
+            .to_string();
         if l.hash.as_deref() != Some(want.as_str()) {
             problems.push(LiveProblem::Hash {
                 id: id.clone(),

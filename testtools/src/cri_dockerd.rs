@@ -6,7 +6,7 @@
 //! Everything lives under the dockerd's temporary directory `<t>`, which stands in for the
 //! node's `/`: cri-dockerd's root directory `<t>/var/lib/cri-dockerd` (its sandbox checkpoints
 //! in `sandbox/`), where dockershim kept them `<t>/var/lib/dockershim/sandbox`, the CRI socket
-//! `<t>/run/cri-dockerd.sock`, the CNI conf dir `<t>/etc/cni/net.d` with a bridge network of the
+//! `<t>/var/run/cri-dockerd.sock`, the CNI conf dir `<t>/etc/cni/net.d` with a bridge network of the
 //! test's own name and subnet, the CNI cache `<t>/var/lib/cni/cache`, host-local's leases
 //! `<t>/var/lib/cni/networks`. The CNI plugins are Debian's, unpacked by the setup script into
 //! `.cache/cni/bin` (never the node's `/opt/cni/bin`). A Drop guard stops the sandboxes through
@@ -133,7 +133,7 @@ impl Node {
             starts: 0,
             root: t.join("var/lib/cri-dockerd"),
             dockershim_sandbox_dir: t.join("var/lib/dockershim/sandbox"),
-            sock: t.join("run/cri-dockerd.sock"),
+            sock: t.join("var/run/cri-dockerd.sock"),
             log: t.join("cri-dockerd.log"),
             cni_conf_dir: t.join("etc/cni/net.d"),
             network: format!("rhcd-{pid}-{n}"),
@@ -145,7 +145,7 @@ impl Node {
             docker,
         };
         for d in [
-            "run",
+            "var/run",
             "etc/cni/net.d",
             "var/lib/cni/networks",
             "var/lib/cni/cache",

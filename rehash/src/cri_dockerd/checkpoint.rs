@@ -7,9 +7,11 @@
 //! `dockershim.CheckpointData` / `dockershim.PortMapping` / `dockershim.Protocol`, cri-dockerd's
 //! `core.CheckpointData` / `config.PortMapping` / `config.Protocol` (cri-dockerd 0.4.1
 //! `core/checkpoint.go`, `store/checksum.go`). A dockershim checkpoint copied byte for byte
-//! fails cri-dockerd's `VerifyChecksum`: `GetPodPortMappings` then errors and deletes it, so
-//! the CNI teardown of that sandbox (StopPodSandbox) fails. The copy therefore gets the checksum
-//! cri-dockerd computes; the rest of the document is the same. The values below were checked
+//! fails cri-dockerd's `VerifyChecksum`: at its first use (`GetPodPortMappings`, in the CNI
+//! teardown of StopPodSandbox) cri-dockerd logs "checkpoint is corrupted" and deletes it, and
+//! the sandbox's hostPort mappings are never unmapped (shown on the real cri-dockerd in
+//! cli/tests/cri_dockerd_live.rs). The copy therefore gets the checksum cri-dockerd computes;
+//! the rest of the document is the same. The values below were checked
 //! against go-spew itself (the generator is `tools/cri-dockerd-checksum/`).
 
 use serde::{Deserialize, Serialize};
