@@ -173,7 +173,8 @@ fn binary_version(bin: &Path) -> Option<String> {
 
 fn find_binary(host: &HostRoot, given: Option<&Path>) -> Result<Option<PathBuf>, Error> {
     if let Some(p) = given {
-        return Ok(Some(p.to_path_buf()));
+        // a given path that is not there is "no cri-dockerd", said with that path
+        return Ok(p.is_file().then(|| p.to_path_buf()));
     }
     for p in BINARY_PATHS {
         let r = resolve(host, p)?;
@@ -302,8 +303,11 @@ pub fn plan_switch(plan: &mut Plan, pods: &[u8], options: &SwitchOptions) -> Res
             Hazard::warn(
                 "cri-dockerd-missing",
                 format!(
-                    "kubelet {to} has no dockershim and no cri-dockerd was found ({} or PATH; --cri-dockerd PATH names it): install cri-dockerd (0.4 needs Docker Engine 23.0+) before starting kubelet {to}, or every pod of the node is lost",
-                    BINARY_PATHS.join(", ")
+                    "kubelet {to} has no dockershim and no cri-dockerd was found ({}; --cri-dockerd PATH names it): install cri-dockerd (0.4 needs Docker Engine 23.0+) before starting kubelet {to}, or every pod of the node is lost",
+                    match &options.binary {
+                        Some(b) => format!("{} does not exist", b.display()),
+                        None => format!("{} or PATH", BINARY_PATHS.join(", ")),
+                    }
                 ),
             )
             .reference("https://github.com/Mirantis/cri-dockerd"),
