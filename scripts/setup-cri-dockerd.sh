@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent setup for the real-cri-dockerd test (cli/tests/cri_dockerd_live.rs): builds
-# cri-dockerd 0.4.1 into .cache/cri-dockerd/bin/ and unpacks Debian's CNI plugins (bridge,
-# host-local, loopback) into .cache/cni/bin/.
+# cri-dockerd 0.4.1 into .cache/cri-dockerd/bin/ (about 8 minutes on 2 shared cores with an
+# empty Go cache; nothing when it is up to date), unpacks Debian 13's dockerd 26.1.5 into
+# .cache/runtimes/docker-26.1.5/ and Debian's CNI plugins (bridge, host-local, loopback) into
+# .cache/cni/bin/.
 #
 # * Source: third_party/cri-dockerd-0.4.1.tar.gz (the v0.4.1 source with its complete vendor/
 #   tree), committed in the repository and checked against its sha256 below. Committed rather
@@ -39,7 +41,13 @@ if ! cni_ok; then
     mkdir -p "$debs"
     if [ -z "$(find "$debs" -maxdepth 1 -name 'containernetworking-plugins_*.deb' | head -1)" ]; then
         log "downloading containernetworking-plugins"
-        (cd "$debs" && apt-get download containernetworking-plugins 2>&1 | grep -v "unsandboxed as root" || true)
+        fetch_cni() { (cd "$debs" && apt-get download containernetworking-plugins 2>&1 | grep -v "unsandboxed as root" || true); }
+        fetch_cni
+        # a clean machine may have no package lists yet: update them once and try again
+        if [ -z "$(find "$debs" -maxdepth 1 -name 'containernetworking-plugins_*.deb' | head -1)" ]; then
+            apt-get update -qq
+            fetch_cni
+        fi
     fi
     deb="$(find "$debs" -maxdepth 1 -name 'containernetworking-plugins_*.deb' | head -1)"
     [ -n "$deb" ] || { echo "setup-cri-dockerd: containernetworking-plugins was not downloaded into $debs" >&2; exit 1; }

@@ -215,7 +215,7 @@ impl Scenario {
     /// The node as kubelet 1.23 leaves it for the window: cri-dockerd's checkpoints become
     /// dockershim's (its directory, its checksum), cri-dockerd's root is emptied, and
     /// cri-dockerd and dockerd are stopped (live-restore: the containers keep running).
-    fn to_dockershim_and_stop(&mut self) {
+    fn leave_as_kubelet_1_23_and_stop(&mut self) {
         self.cri = None;
         self.node.stop();
         let shim = &self.node.dockershim_sandbox_dir;
@@ -428,7 +428,7 @@ fn cri_dockerd_switch_keeps_every_container_and_sandbox() {
     for (tag, to) in [("s24", "1.24"), ("s31", "1.31")] {
         let mut sc = Scenario::new(tag);
         let pids = sc.pids();
-        sc.to_dockershim_and_stop();
+        sc.leave_as_kubelet_1_23_and_stop();
         for (id, (pid, start)) in &pids {
             assert_eq!(
                 ctd::proc_stat(*pid).map(|s| s.1),
