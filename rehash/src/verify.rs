@@ -336,3 +336,10 @@ fn container_problems(
     }
     problems
 }
+
+/// The socket path of a `unix://` endpoint (or a bare absolute path).
+pub(crate) fn endpoint_socket(endpoint: &str) -> Option<std::path::PathBuf> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    path.starts_with('/')
+        .then(|| std::path::PathBuf::from(path))
+}

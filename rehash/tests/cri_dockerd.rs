@@ -362,3 +362,59 @@ fn no_binary_is_a_hazard_and_a_given_one_is_asked() {
         rehash::Severity::Block
     );
 }
+
+#[test]
+fn a_running_cri_dockerd_blocks_the_patch() {
+    let sw = Switch::new();
+    let sock = sw.n.dir.join("var/run/cri-dockerd.sock");
+    fs::create_dir_all(sock.parent().unwrap()).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let plan = sw.plan("1.24").unwrap();
+    let h = hazard(&plan, "cri-dockerd-running");
+    assert_eq!(h.severity, rehash::Severity::Block);
+    let before = snapshot(&sw.n.dir);
+    let store = sw.n.location.open().unwrap();
+    let backup = BackupOptions::new(sw.n.tmp.path().join("backup"));
+    let err = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap_err();
+    assert!(matches!(err, Error::Blocked(_)), "{err}");
+    assert_eq!(snapshot(&sw.n.dir), before);
+}
+
+/// With `--from auto` proving 1.21–1.26 (hashes alike), a node whose cri-dockerd root already
+/// holds its running sandboxes' checkpoints (and dockershim's directory none) is on cri-dockerd
+/// already: no switch, no false "recreated" or "conflict" hazards.
+#[test]
+fn a_node_already_on_cri_dockerd_is_not_switched_again() {
+    let sw = Switch::new();
+    fs::create_dir_all(sw.target_dir()).unwrap();
+    for id in &sw.with {
+        let cp = SandboxCheckpoint::parse(&fs::read(shim_dir(&sw.n).join(id)).unwrap()).unwrap();
+        fs::write(sw.target_dir().join(id), cp.for_cri_dockerd()).unwrap();
+    }
+    fs::remove_dir_all(shim_dir(&sw.n)).unwrap();
+    let mut plan = sw.plan("1.24").unwrap();
+    // the bundled node proves 1.14 alone; make its candidates reach past dockershim, as
+    // 1.21–1.26 do for many specs
+    plan.from_candidates = ["1.23", "1.24", "1.25"]
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    plan.cri_dockerd = None;
+    plan.hazards
+        .retain(|h| !h.code.starts_with("cri-dockerd") && h.code != "kubelet-flags-change");
+    plan.hazards
+        .push(rehash::Hazard::warn("dockershim-removed", "x"));
+    plan_switch(
+        &mut plan,
+        &fs::read(sw.n.dir.join("pods.json")).unwrap(),
+        &sw.options(),
+    )
+    .unwrap();
+    assert!(plan.cri_dockerd.is_none());
+    let c = codes(&plan);
+    assert!(c.contains(&"cri-dockerd-already"), "{c:?}");
+    assert!(
+        !c.contains(&"dockershim-removed") && !c.contains(&"cri-dockerd-checkpoint-conflict"),
+        "{c:?}"
+    );
+}

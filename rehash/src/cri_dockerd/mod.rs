@@ -270,12 +270,57 @@ pub fn plan_switch(plan: &mut Plan, pods: &[u8], options: &SwitchOptions) -> Res
         Some(e) => e.clone(),
         None => format!("unix://{}", resolve(&host, CRI_DOCKERD_SOCKET)?.display()),
     };
+    let running_ids: Vec<String> = plan
+        .records
+        .iter()
+        .filter(|r| r.kind == RecordClass::Sandbox && r.pid.is_some())
+        .map(|r| r.id.clone())
+        .collect();
+    // `--from auto` proves a set of versions; when it reaches 1.24 (1.21–1.26 hash many specs
+    // alike) the hashes cannot tell dockershim from cri-dockerd, the disk can: cri-dockerd's
+    // root already holding running sandboxes' checkpoints, dockershim's none, is a node on
+    // cri-dockerd already, and there is nothing to switch.
+    let ambiguous = plan.from_candidates.iter().any(|v| v.minor() >= 24);
+    let shim_has_running = running_ids
+        .iter()
+        .any(|id| dockershim_dir.join(id).is_file());
+    let target_has_running = running_ids.iter().any(|id| target_dir.join(id).is_file());
+    if ambiguous && !shim_has_running && target_has_running {
+        let msg = format!(
+            "the node already runs cri-dockerd: {} holds its sandboxes' checkpoints and {} none (the stored hashes prove kubelet {}, which includes versions after dockershim); no switch is planned",
+            target_dir.display(),
+            dockershim_dir.display(),
+            crate::plan::ranges(&plan.from_candidates.iter().copied().collect())
+        );
+        let removed: Vec<String> = plan
+            .hazards
+            .iter()
+            .filter(|h| h.code == "dockershim-removed")
+            .map(|h| h.message.clone())
+            .collect();
+        plan.hazards.retain(|h| h.code != "dockershim-removed");
+        plan.warnings.retain(|w| !removed.contains(w));
+        plan.warnings.push(msg.clone());
+        plan.hazards.push(Hazard::warn("cri-dockerd-already", msg));
+        return Ok(());
+    }
     // what the node's kubelet is given: the node's own path, not the one under a Job's mount
     let node_endpoint = options
         .endpoint
         .clone()
         .unwrap_or_else(|| format!("unix://{CRI_DOCKERD_SOCKET}"));
     let mut hazards = Vec::new();
+    // cri-dockerd must not run while its checkpoints are written: it writes them too
+    let answers = crate::verify::endpoint_socket(&endpoint)
+        .is_some_and(|s| std::os::unix::net::UnixStream::connect(s).is_ok());
+    if answers {
+        hazards.push(Hazard::block(
+            "cri-dockerd-running",
+            format!(
+                "cri-dockerd answers at {endpoint}: stop it (and the kubelet) before the patch, which writes into its checkpoint directory"
+            ),
+        ));
+    }
 
     // 1. the binary
     let binary = find_binary(&host, options.binary.as_deref())?;
