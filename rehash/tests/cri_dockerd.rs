@@ -418,3 +418,28 @@ fn a_node_already_on_cri_dockerd_is_not_switched_again() {
         "{c:?}"
     );
 }
+
+#[test]
+fn a_value_rollback_removes_the_copies_too_and_refuses_a_copy_cri_dockerd_rewrote() {
+    let sw = Switch::new();
+    let plan = sw.plan("1.24").unwrap();
+    let store = sw.n.location.open().unwrap();
+    let backup = BackupOptions::new(sw.n.tmp.path().join("backup"));
+    rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap();
+    // a copy cri-dockerd rewrote since (its pod was recreated): refused, named, nothing undone
+    let rewritten = sw.target_dir().join(&sw.with[0]);
+    let mut cp = SandboxCheckpoint::parse(&fs::read(&rewritten).unwrap()).unwrap();
+    cp.data.host_network = !cp.data.host_network;
+    fs::write(&rewritten, cp.for_cri_dockerd()).unwrap();
+    let before = snapshot(&sw.n.dir);
+    let err = rehash::rollback_values(&backup.dir, store.as_ref()).unwrap_err();
+    assert!(
+        err.to_string().contains(&rewritten.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(snapshot(&sw.n.dir), before);
+    fs::remove_file(&rewritten).unwrap();
+    let v = rehash::rollback_values(&backup.dir, store.as_ref()).unwrap();
+    assert_eq!(v.restored, plan.rewrites().len());
+    assert!(!sw.n.dir.join("var/lib/cri-dockerd").exists());
+}
