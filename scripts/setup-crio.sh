@@ -7,11 +7,8 @@
 #   with no network access guaranteed to GitHub, the archive carries its complete vendor/ tree
 #   so the build is fully offline (GOFLAGS=-mod=vendor GOPROXY=off), and a pinned in-repo file
 #   cannot change under us the way a re-generated GitHub tag archive can.
-# * Go 1.24: Debian trixie's golang-1.24-go + golang-1.24-src, fetched through the same PRIVATE
-#   apt configuration as setup-containerd.sh (scripts/apt-private.sh, .cache/apt-private),
-#   `apt-get download` and `dpkg-deb -x` into .cache/go-1.24/. Never installed system-wide.
-#   The -go package's GOROOT links src/, lib/, misc/, test/, api/ and pkg/include into
-#   /usr/share/go-1.24 (the -src package); those links are replaced by the real trees.
+# * Go 1.24: Debian trixie's golang-1.24-go + golang-1.24-src, unpacked privately into
+#   .cache/go-1.24/ by scripts/setup-go-1.24.sh (shared with setup-cri-dockerd.sh).
 # * Debian 12 packages CRI-O needs at run time or for cgo, installed with apt when absent:
 #   conmon, runc, containernetworking-plugins (bridge, host-local, loopback), libseccomp-dev,
 #   libsqlite3-dev, pkg-config, busybox-static (the stand-in image's only binary).
@@ -24,7 +21,6 @@ cache="$here/.cache"
 tarball="$here/third_party/cri-o-1.30.14.tar.gz"
 tarball_sha256=c259e59c0eec9bfb77379c6abbd369571f3499223cd964a80666ead7c66e1f53
 goroot="$cache/go-1.24"
-go_debver=1.24.4-1
 crio="$cache/crio"
 tags="libsqlite3 containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs btrfs_noversion exclude_graphdriver_devicemapper seccomp"
 
@@ -42,41 +38,8 @@ if [ ${#need[@]} -gt 0 ]; then
     log "installed ${need[*]}"
 fi
 
-# ---- 2. Go 1.24 from trixie, unpacked ---------------------------------------------------------
-go_ok() { [ -x "$goroot/bin/go" ] && [ -d "$goroot/src/runtime" ] && [ ! -L "$goroot/src" ] \
-    && GOROOT="$goroot" "$goroot/bin/go" version 2>/dev/null | grep -q 'go1\.24'; }
-if ! go_ok; then
-    . "$here/scripts/apt-private.sh"
-    apt_private_init trixie
-    debs="$cache/apt-private/debs"
-    mkdir -p "$debs"
-    for p in golang-1.24-go golang-1.24-src; do
-        if [ -z "$(find "$debs" -maxdepth 1 -name "${p}_${go_debver}_*.deb" | head -1)" ]; then
-            log "downloading $p=$go_debver (trixie)"
-            (cd "$debs" && apt-get "${APT_PRIVATE[@]}" download "$p=$go_debver" 2>&1 | grep -v "unsandboxed as root" || true)
-        fi
-    done
-    unpack="$goroot.unpack"
-    rm -rf "$unpack" && mkdir -p "$unpack"
-    for p in golang-1.24-go golang-1.24-src; do
-        deb="$(find "$debs" -maxdepth 1 -name "${p}_${go_debver}_*.deb" | head -1)"
-        [ -n "$deb" ] || { echo "setup-crio: $p $go_debver was not downloaded into $debs" >&2; exit 1; }
-        dpkg-deb -x "$deb" "$unpack"
-    done
-    root="$unpack/usr/lib/go-1.24"
-    # the -go package's links point at /usr/share/go-1.24 (absolute or relative): use the
-    # unpacked -src trees instead
-    for d in src lib misc test api pkg/include; do
-        if [ -L "$root/$d" ]; then
-            rm "$root/$d"
-            if [ -e "$unpack/usr/share/go-1.24/$d" ]; then
-                cp -a "$unpack/usr/share/go-1.24/$d" "$root/$d"
-            fi
-        fi
-    done
-    rm -rf "$goroot" && mv "$root" "$goroot" && rm -rf "$unpack"
-    go_ok || { echo "setup-crio: the unpacked Go in $goroot does not run" >&2; GOROOT="$goroot" "$goroot/bin/go" version >&2 || true; exit 1; }
-fi
+# ---- 2. Go 1.24 from trixie (scripts/setup-go-1.24.sh) -----------------------------------------
+"$here/scripts/setup-go-1.24.sh"
 export GOROOT="$goroot" PATH="$goroot/bin:$PATH"
 log "$(go version) in $goroot"
 

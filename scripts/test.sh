@@ -13,6 +13,9 @@ scripts/setup-docker.sh
 scripts/setup-containerd.sh
 # CRI-O 1.30.14 built from third_party/ into .cache/crio (cli/tests/crio_live.rs)
 scripts/setup-crio.sh
+# cri-dockerd 0.4.1 built from third_party/ into .cache/cri-dockerd, and Debian's CNI bridge +
+# host-local plugins unpacked into .cache/cni (cli/tests/cri_dockerd_live.rs)
+scripts/setup-cri-dockerd.sh
 # Go bbolt's own check, run by the tests on every meta.db they write (.cache/bin/bbolt-check)
 scripts/setup-bbolt-check.sh
 

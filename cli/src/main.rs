@@ -284,6 +284,24 @@ struct NodeFlags {
     /// Default /var/lib/kubelet, read when it exists.
     #[arg(long, value_name = "DIR")]
     kubelet_dir: Option<PathBuf>,
+    /// Docker, kubelet ≤ 1.23 → ≥ 1.24 (dockershim → cri-dockerd): the cri-dockerd binary the
+    /// node will run, asked for its version. Default: /usr/bin/cri-dockerd,
+    /// /usr/local/bin/cri-dockerd (under --host-root), else PATH (without --host-root).
+    #[arg(long = "cri-dockerd", value_name = "PATH")]
+    cri_dockerd: Option<PathBuf>,
+    /// Docker, dockershim → cri-dockerd: where dockershim kept its sandbox checkpoints
+    /// (default /var/lib/dockershim/sandbox, under --host-root).
+    #[arg(long, value_name = "DIR")]
+    dockershim_checkpoints: Option<PathBuf>,
+    /// Docker, dockershim → cri-dockerd: cri-dockerd's --cri-dockerd-root-directory, which
+    /// patch copies the checkpoints into (`sandbox/`; default /var/lib/cri-dockerd, under
+    /// --host-root).
+    #[arg(long, value_name = "DIR")]
+    cri_dockerd_root: Option<PathBuf>,
+    /// Docker, dockershim → cri-dockerd: cri-dockerd's CRI endpoint, which `verify --live`
+    /// asks (default unix:///var/run/cri-dockerd.sock, under --host-root).
+    #[arg(long, value_name = "ENDPOINT")]
+    cri_dockerd_endpoint: Option<String>,
 }
 
 impl NodeFlags {
@@ -422,6 +440,13 @@ fn plan_node(
 ) -> Result<PlannedNode, Failure> {
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
+    let switch = rehash::cri_dockerd::SwitchOptions {
+        binary: node.cri_dockerd.clone(),
+        dockershim_dir: node.dockershim_checkpoints.clone(),
+        root: node.cri_dockerd_root.clone(),
+        endpoint: node.cri_dockerd_endpoint.clone(),
+        host_root: store.location()?.host_root,
+    };
     let node = node.read(store)?;
     let location = store.location()?;
     let store = location.open()?;
@@ -430,7 +455,8 @@ fn plan_node(
         .transpose()
         .map_err(Error::from)?;
     let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
-    let plan = Plan::build_with(&pods, store.as_ref(), from, to, &node)?;
+    let mut plan = Plan::build_with(&pods, store.as_ref(), from, to, &node)?;
+    rehash::cri_dockerd::plan_switch(&mut plan, &pods, &switch)?;
     Ok((store, plan, lock))
 }
 

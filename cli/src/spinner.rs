@@ -75,6 +75,9 @@ impl Progress for Stderr {
                     );
                 }
             }
+            Event::CriDockerdCheckpointsCopied(n) => eprintln!(
+                "kubelet-rehash: copied {n} sandbox checkpoint(s) from dockershim into cri-dockerd's root"
+            ),
             Event::ReadBackStarted | Event::CheckpointsSetAside(_) => {}
         }
     }

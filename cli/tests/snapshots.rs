@@ -80,6 +80,18 @@ fn plan_table_and_report_of_every_bundled_node() {
         let dir = fixtures().join("nodes").join(node);
         let mut args = vec!["plan", "--pods", "pods.json", "--to", to];
         args.extend(store);
+        if node.starts_with("docker") {
+            // the dockershim → cri-dockerd switch reads these; inside the node's copy (none
+            // exists there), not on the machine running the test
+            args.extend([
+                "--cri-dockerd",
+                "usr/bin/cri-dockerd",
+                "--dockershim-checkpoints",
+                "var/lib/dockershim/sandbox",
+                "--cri-dockerd-root",
+                "var/lib/cri-dockerd",
+            ]);
+        }
         let (code, table, err) = run_in(&dir, &args);
         assert!(
             code == 0 || code == 4,

@@ -55,6 +55,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cri_dockerd;
 pub mod error;
 pub mod hazard;
 pub mod node;

@@ -103,6 +103,11 @@ pub fn patch(
     if !blocking.is_empty() {
         return Err(Error::Blocked(blocking));
     }
+    let switch = plan.cri_dockerd.as_ref();
+    if let Some(s) = switch {
+        crate::cri_dockerd::check_sources(s)?;
+    }
+    let carry_over = switch.is_some_and(|s| s.checkpoints.iter().any(|c| !c.present));
     let swept_temps = store.sweep_stale_temps()?;
     if swept_temps > 0 {
         progress.event(Event::SweptStaleTemps(swept_temps));
@@ -110,7 +115,7 @@ pub fn patch(
     let total = |report: &mut Plan| {
         report.timings.total_ms = plan.timings.total_ms + t0.elapsed().as_secs_f64() * 1e3;
     };
-    if rewrites.is_empty() && set_aside.is_empty() {
+    if rewrites.is_empty() && set_aside.is_empty() && !carry_over {
         progress.event(Event::NothingToRewrite);
         total(&mut report);
         return Ok(PatchReport {
@@ -138,11 +143,19 @@ pub fn patch(
         set_aside_bytes.push(bytes);
     }
     let outcome = if rewrites.is_empty() {
+        // nothing of the store to rewrite: the backup still commits before any checkpoint is
+        // set aside or copied
         bk.commit()?;
         storepatch::ApplyOutcome::default()
     } else {
         store.apply(&rewrites, &mut bk)?
     };
+    // The checkpoints cri-dockerd needs, after the store's rewrite (whose backup is committed
+    // by now), each listed in the backup before it is written.
+    if let Some(s) = switch.filter(|_| carry_over) {
+        let copied = crate::cri_dockerd::carry_over(s, &bk)?;
+        progress.event(Event::CriDockerdCheckpointsCopied(copied.len()));
+    }
     for (path, bytes) in set_aside.iter().zip(&set_aside_bytes) {
         remove_set_aside(path, bytes)?;
     }

@@ -207,6 +207,10 @@ pub struct Plan {
     /// Where `patch` put the backup and its copy of this report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_dir: Option<String>,
+    /// The dockershim → cri-dockerd switch, when a Docker node crosses 1.23 → 1.24
+    /// ([`crate::cri_dockerd::plan_switch`]): what `patch` copies and `verify --live` asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cri_dockerd: Option<crate::cri_dockerd::CriDockerdSwitch>,
 }
 
 type Hashes = Vec<Result<ContainerHashes, SpecError>>;
@@ -579,6 +583,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
             ..Timings::default()
         },
         backup_dir: None,
+        cri_dockerd: None,
     })
 }
 

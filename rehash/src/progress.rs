@@ -24,6 +24,8 @@ pub enum Event {
     ReadBackStarted,
     /// Kubelet checkpoint files the target rejects were moved into the backup.
     CheckpointsSetAside(usize),
+    /// dockershim's sandbox checkpoints were copied into cri-dockerd's root.
+    CriDockerdCheckpointsCopied(usize),
 }
 
 /// Receives [`Event`]s. Called from the thread that runs the workflow.

@@ -79,14 +79,21 @@ pub fn rollback(
     let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     store.ensure_stopped()?;
     sweep_dead_temps(store.as_ref(), backup_dir)?;
-    storepatch::backup::rollback_allowing(backup_dir, accept_unrecorded, &set_aside_paths())
-        .map_err(|e| match e {
-            e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
-                source: e,
-                backup_dir: backup_dir.to_path_buf(),
-            },
-            e => e.into(),
-        })
+    // The checkpoints copied for cri-dockerd are checked before anything is restored and
+    // removed after the store's files are back.
+    let copies = crate::cri_dockerd::copied_in_backup(backup_dir)?;
+    crate::cri_dockerd::check_copies(&copies)?;
+    let report =
+        storepatch::backup::rollback_allowing(backup_dir, accept_unrecorded, &set_aside_paths())
+            .map_err(|e| match e {
+                e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
+                    source: e,
+                    backup_dir: backup_dir.to_path_buf(),
+                },
+                e => e.into(),
+            })?;
+    crate::cri_dockerd::remove_copies(&copies)?;
+    Ok(report)
 }
 
 /// The only files a patch sets aside outside the store root: the kubelet's checkpoints,
@@ -208,8 +215,11 @@ pub fn rollback_values(
     if !conflicts.is_empty() {
         return Err(Error::ValueRollbackConflict(conflicts.join("; ")));
     }
+    let copies = crate::cri_dockerd::copied_in_backup(backup_dir)?;
+    crate::cri_dockerd::check_copies(&copies)?;
     if undo.is_empty() {
         put_back_set_aside(backup_dir)?;
+        crate::cri_dockerd::remove_copies(&copies)?;
         return Ok(ValueRollback {
             restored: 0,
             already,
@@ -221,6 +231,7 @@ pub fn rollback_values(
     // Set-aside checkpoints first: their check refuses before anything is written.
     put_back_set_aside(backup_dir)?;
     store.apply(&undo, &mut backup)?;
+    crate::cri_dockerd::remove_copies(&copies)?;
     Ok(ValueRollback {
         restored: undo.len(),
         already,

@@ -65,6 +65,27 @@ pub enum LiveProblem {
         /// The pid now.
         now: Option<u32>,
     },
+    /// cri-dockerd does not know the sandbox (`PodSandboxStatus` failed).
+    SandboxMissing {
+        /// The sandbox id.
+        id: String,
+        /// What cri-dockerd answered.
+        reason: String,
+    },
+    /// cri-dockerd reports the sandbox not ready: the kubelet recreates the pod.
+    SandboxNotReady {
+        /// The sandbox id.
+        id: String,
+    },
+    /// A sandbox with a network of its own has no IP, or another one than before.
+    SandboxIp {
+        /// The sandbox id.
+        id: String,
+        /// The pod's IP before (`status.podIP`), when known.
+        before: Option<String>,
+        /// What cri-dockerd reports (empty: none).
+        now: String,
+    },
 }
 
 impl std::fmt::Display for LiveProblem {
@@ -92,6 +113,21 @@ impl std::fmt::Display for LiveProblem {
                 "{id}: pid changed from {before} to {} (the container was recreated or restarted)",
                 now.map(|p| p.to_string()).unwrap_or_else(|| "none".into())
             ),
+            LiveProblem::SandboxMissing { id, reason } => {
+                write!(f, "sandbox {id}: cri-dockerd does not report it: {reason}")
+            }
+            LiveProblem::SandboxNotReady { id } => write!(
+                f,
+                "sandbox {id}: cri-dockerd reports it not ready (the kubelet recreates the pod)"
+            ),
+            LiveProblem::SandboxIp { id, before, now } => match (before, now.is_empty()) {
+                (_, true) => write!(
+                    f,
+                    "sandbox {id}: cri-dockerd reports no IP for a pod with a network of its own (the kubelet recreates the pod)"
+                ),
+                (Some(b), false) => write!(f, "sandbox {id}: IP {now}, was {b}"),
+                (None, false) => write!(f, "sandbox {id}: IP {now}"),
+            },
         }
     }
 }
@@ -124,15 +160,25 @@ pub fn verify_live(report: &Plan, endpoint: Option<&str>) -> Result<LiveVerifica
             "the report is a plan, not a patch report: give the report `patch` wrote (--report, or report.json in the backup dir)".into(),
         ));
     }
+    // After the dockershim → cri-dockerd switch every kept container matters, also those whose
+    // hash the target computes alike (1.23 → 1.24 changes none of many specs): cri-dockerd must
+    // adopt them all.
+    let kept = |a: Action| {
+        a == Action::Rewrite || (report.cri_dockerd.is_some() && a == Action::Unchanged)
+    };
     let rewritten: Vec<_> = report
         .records
         .iter()
-        .filter(|r| r.action == Action::Rewrite)
+        .filter(|r| kept(r.action) && r.target_hash.is_some())
         .collect();
-    if rewritten.is_empty() {
+    if rewritten.is_empty() && report.cri_dockerd.is_none() {
         return Err(Error::NothingToVerify(
             "the patch report has no rewritten containers: there is nothing to verify live".into(),
         ));
+    }
+    if let Some(switch) = &report.cri_dockerd {
+        let endpoint = endpoint.unwrap_or(&switch.endpoint);
+        return verify_through_cri_dockerd(report, &rewritten, switch, endpoint);
     }
     let runtime = report.runtime.runtime();
     let endpoint = endpoint
@@ -144,14 +190,116 @@ pub fn verify_live(report: &Plan, endpoint: Option<&str>) -> Result<LiveVerifica
         .into_iter()
         .map(|c| (c.id.clone(), c))
         .collect();
+    Ok(LiveVerification {
+        problems: container_problems(&rewritten, &live),
+        endpoint,
+        checked: rewritten.len(),
+    })
+}
+
+/// After the dockershim → cri-dockerd switch the target kubelet talks to cri-dockerd, not to
+/// dockerd: ask cri-dockerd over the CRI, as that kubelet will, for every rewritten container
+/// and for `PodSandboxStatus` of every sandbox that ran (ready; an IP, the one the pod had,
+/// for a pod with a network of its own).
+#[cfg(feature = "live")]
+fn verify_through_cri_dockerd(
+    _report: &Plan,
+    rewritten: &[&crate::plan::PlanRecord],
+    switch: &crate::cri_dockerd::CriDockerdSwitch,
+    endpoint: &str,
+) -> Result<LiveVerification, Error> {
+    use storepatch::live::cri::CriClient;
+    use storepatch::{HASH_ANNOTATION, HASH_WITHOUT_RESOURCES_ANNOTATION};
+    let live_err = |e: String| {
+        storepatch::StoreError::Live(format!("cannot ask cri-dockerd at {endpoint}: {e}"))
+    };
+    let client = CriClient::connect(endpoint).map_err(|e| live_err(e.to_string()))?;
+    let live: HashMap<String, storepatch::LiveContainer> = client
+        .list_containers()
+        .map_err(|e| live_err(e.to_string()))?
+        .into_iter()
+        .map(|c| {
+            let l = storepatch::LiveContainer {
+                hash: c.annotations.get(HASH_ANNOTATION).cloned(),
+                hash_without_resources: c
+                    .annotations
+                    .get(HASH_WITHOUT_RESOURCES_ANNOTATION)
+                    .cloned(),
+                running: c.state == "CONTAINER_RUNNING",
+                pid: c.pid.filter(|p| *p != 0),
+                id: c.id.clone(),
+            };
+            (c.id, l)
+        })
+        .collect();
+    let mut problems = container_problems(rewritten, &live);
+    for sb in &switch.sandboxes {
+        let st = match client.pod_sandbox_status(&sb.id) {
+            Ok(st) => st,
+            Err(e) => {
+                problems.push(LiveProblem::SandboxMissing {
+                    id: sb.id.clone(),
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+        };
+        if !st.ready {
+            problems.push(LiveProblem::SandboxNotReady { id: sb.id.clone() });
+        }
+        if sb.host_network || st.host_network {
+            continue;
+        }
+        let ip_ok = !st.ip.is_empty()
+            && sb
+                .pod_ip
+                .as_ref()
+                .is_none_or(|b| *b == st.ip || st.additional_ips.contains(b));
+        if !ip_ok {
+            problems.push(LiveProblem::SandboxIp {
+                id: sb.id.clone(),
+                before: sb.pod_ip.clone(),
+                now: st.ip.clone(),
+            });
+        }
+    }
+    Ok(LiveVerification {
+        endpoint: endpoint.to_string(),
+        checked: rewritten.len() + switch.sandboxes.len(),
+        problems,
+    })
+}
+
+/// Without the `live` feature there is no CRI client: say so instead of checking nothing.
+#[cfg(not(feature = "live"))]
+fn verify_through_cri_dockerd(
+    _report: &Plan,
+    _rewritten: &[&crate::plan::PlanRecord],
+    _switch: &crate::cri_dockerd::CriDockerdSwitch,
+    endpoint: &str,
+) -> Result<LiveVerification, Error> {
+    Err(storepatch::StoreError::Live(format!(
+        "cannot ask cri-dockerd at {endpoint}: this build has no CRI client (feature `live`)"
+    ))
+    .into())
+}
+
+/// What is wrong with each rewritten container, by what the runtime reports.
+fn container_problems(
+    rewritten: &[&crate::plan::PlanRecord],
+    live: &HashMap<String, storepatch::LiveContainer>,
+) -> Vec<LiveProblem> {
     let mut problems = Vec::new();
-    for r in &rewritten {
+    for r in rewritten {
         let id = r.id.clone();
         let Some(l) = live.get(&r.id) else {
             problems.push(LiveProblem::Missing { id });
             continue;
         };
-        let want = r.target_hash.expect("a rewrite has a target").to_string();
+        let want = r
+            .target_hash
+            .expect("only records with a target")
+            .to_string();
         if l.hash.as_deref() != Some(want.as_str()) {
             problems.push(LiveProblem::Hash {
                 id: id.clone(),
@@ -186,9 +334,12 @@ pub fn verify_live(report: &Plan, endpoint: Option<&str>) -> Result<LiveVerifica
             }
         }
     }
-    Ok(LiveVerification {
-        endpoint,
-        checked: rewritten.len(),
-        problems,
-    })
+    problems
+}
+
+/// The socket path of a `unix://` endpoint (or a bare absolute path).
+pub(crate) fn endpoint_socket(endpoint: &str) -> Option<std::path::PathBuf> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    path.starts_with('/')
+        .then(|| std::path::PathBuf::from(path))
 }

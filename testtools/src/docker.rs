@@ -57,6 +57,11 @@ impl Daemon {
     /// A fresh directory under /tmp; dockerd is not started yet.
     #[allow(clippy::new_without_default)] // creates a directory: not a default value
     pub fn new() -> Daemon {
+        Daemon::with_dockerd(find_dockerd())
+    }
+
+    /// [`Daemon::new`] running another dockerd binary (a newer Docker unpacked into `.cache`).
+    pub fn with_dockerd(dockerd: PathBuf) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("sp-dlive-")
             .tempdir_in("/tmp")
@@ -66,7 +71,7 @@ impl Daemon {
         }
         Daemon {
             dir,
-            dockerd: find_dockerd(),
+            dockerd,
             child: None,
             starts: 0,
             container_ids: Vec::new(),

@@ -14,6 +14,7 @@
 
 pub mod containerd;
 pub mod cri;
+pub mod cri_dockerd;
 pub mod crio;
 pub mod docker;
 pub mod node_tree;

@@ -157,9 +157,83 @@ pub mod v1 {
         #[prost(map = "string, string", tag = "2")]
         pub info: HashMap<String, String>,
     }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxStatusRequest {
+        #[prost(string, tag = "1")]
+        pub pod_sandbox_id: String,
+        #[prost(bool, tag = "2")]
+        pub verbose: bool,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxStatusResponse {
+        #[prost(message, optional, tag = "1")]
+        pub status: Option<PodSandboxStatus>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxStatus {
+        #[prost(string, tag = "1")]
+        pub id: String,
+        #[prost(int32, tag = "3")]
+        pub state: i32,
+        #[prost(message, optional, tag = "5")]
+        pub network: Option<PodSandboxNetworkStatus>,
+        #[prost(message, optional, tag = "6")]
+        pub linux: Option<LinuxPodSandboxStatus>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodSandboxNetworkStatus {
+        #[prost(string, tag = "1")]
+        pub ip: String,
+        #[prost(message, repeated, tag = "2")]
+        pub additional_ips: Vec<PodIp>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodIp {
+        #[prost(string, tag = "1")]
+        pub ip: String,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct LinuxPodSandboxStatus {
+        #[prost(message, optional, tag = "1")]
+        pub namespaces: Option<SandboxNamespace>,
+    }
+    /// `Namespace` in api.proto.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SandboxNamespace {
+        #[prost(message, optional, tag = "2")]
+        pub options: Option<SandboxNamespaceOption>,
+    }
+    /// `NamespaceOption` in api.proto (the network mode only: 2 is NODE).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SandboxNamespaceOption {
+        #[prost(int32, tag = "1")]
+        pub network: i32,
+    }
 }
 
 pub use v1::ContainerState;
+
+/// `SANDBOX_READY` in api.proto's `PodSandboxState`.
+const SANDBOX_READY: i32 = 0;
+/// `NODE` in api.proto's `NamespaceMode`: the sandbox uses the node's network namespace.
+const NAMESPACE_MODE_NODE: i32 = 2;
+
+/// One pod sandbox as `PodSandboxStatus` reports it: what the kubelet decides on after a
+/// restart (a sandbox not ready, or without an IP when it has a network of its own, makes the
+/// kubelet kill and recreate the whole pod).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CriSandboxStatus {
+    /// The sandbox id.
+    pub id: String,
+    /// `SANDBOX_READY`.
+    pub ready: bool,
+    /// `network.ip`; empty when the runtime reports none.
+    pub ip: String,
+    /// `network.additional_ips`.
+    pub additional_ips: Vec<String>,
+    /// The sandbox uses the node's network namespace (the runtime reports no IP for it).
+    pub host_network: bool,
+}
 
 /// Errors of the CRI client: the endpoint, or the one call that failed and why.
 #[derive(Debug, thiserror::Error)]
@@ -295,6 +369,7 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
 const VERSION: &str = "/runtime.v1.RuntimeService/Version";
 const LIST_CONTAINERS: &str = "/runtime.v1.RuntimeService/ListContainers";
 const CONTAINER_STATUS: &str = "/runtime.v1.RuntimeService/ContainerStatus";
+const POD_SANDBOX_STATUS: &str = "/runtime.v1.RuntimeService/PodSandboxStatus";
 
 impl CriClient {
     /// Connects to `endpoint` (`unix:///path`), with a 10 s connect timeout and a 120 s
@@ -365,6 +440,38 @@ impl CriClient {
                 version: "v1".into(),
             },
         )
+    }
+
+    /// `PodSandboxStatus` of sandbox `id`, as the kubelet asks it after a restart.
+    pub fn pod_sandbox_status(&self, id: &str) -> Result<CriSandboxStatus, CriError> {
+        let r: v1::PodSandboxStatusResponse = self.unary(
+            POD_SANDBOX_STATUS,
+            v1::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: false,
+            },
+        )?;
+        let st = r.status.ok_or_else(|| CriError::Unexpected {
+            method: "PodSandboxStatus",
+            reason: format!("no status for sandbox {id}"),
+        })?;
+        let network = st.network.unwrap_or_default();
+        let host_network = st
+            .linux
+            .and_then(|l| l.namespaces)
+            .and_then(|n| n.options)
+            .is_some_and(|o| o.network == NAMESPACE_MODE_NODE);
+        Ok(CriSandboxStatus {
+            id: if st.id.is_empty() {
+                id.to_string()
+            } else {
+                st.id
+            },
+            ready: st.state == SANDBOX_READY,
+            ip: network.ip,
+            additional_ips: network.additional_ips.into_iter().map(|i| i.ip).collect(),
+            host_network,
+        })
     }
 
     /// Every container (`ListContainers`), each with its pid from
