@@ -548,8 +548,9 @@ impl<'a> Run<'a> {
             .collect();
         if !dead.is_empty() {
             return refuse(format!(
-                "the runtime records running containers whose process does not exist: {}; is this the node's store, and is the pods file current?",
-                dead.join(", ")
+                "the runtime records {} running container(s) whose process does not exist: {}; is this the node's store, and is the pods file current?",
+                dead.len(),
+                first_few(&dead)
             ));
         }
         self.check_new_kubelet()?;
@@ -802,7 +803,7 @@ impl<'a> Run<'a> {
         Err(StepError(format!(
             "stopping the runtime killed {} container(s): {}; nothing was written (the runtime's unit kills its containers on stop: set KillMode=process, or Docker's live-restore)",
             dead.len(),
-            dead.join(", ")
+            first_few(&dead)
         )))
     }
 
@@ -1186,6 +1187,21 @@ fn version_in(out: &str) -> Option<(u32, u32)> {
             .collect();
         Some((major, minor.parse().ok()?))
     })
+}
+
+/// The first few of a long list, and how many more.
+fn first_few(items: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > SHOWN {
+        s.push_str(&format!(" and {} more", items.len() - SHOWN));
+    }
+    s
 }
 
 fn ms(d: Duration) -> f64 {
