@@ -305,6 +305,9 @@ struct Run<'a> {
     runtime_maybe_starting: bool,
     /// When this run took over a killed one.
     resumed_at: Option<Instant>,
+    /// The new kubelet binary, written and made durable beside the installed one during the
+    /// preflight: the window's install is then one rename.
+    staged_kubelet: Option<storepatch::atomic::StagedFile>,
 }
 
 impl<'a> Run<'a> {
@@ -332,6 +335,7 @@ impl<'a> Run<'a> {
             resumed: false,
             runtime_maybe_starting: false,
             resumed_at: None,
+            staged_kubelet: None,
         }
     }
 
@@ -383,6 +387,7 @@ impl<'a> Run<'a> {
             resumed: true,
             runtime_maybe_starting,
             resumed_at: Some(Instant::now()),
+            staged_kubelet: None,
         }
     }
 
@@ -615,6 +620,22 @@ impl<'a> Run<'a> {
                 "{}; nothing stopped (accept with --accept-restarts)",
                 plan.summary.sentence
             )));
+        }
+        if let Some(new) = &self.opts.new_kubelet {
+            // Written and fsynced now, with nothing stopped: a 100 MB binary costs the window
+            // one rename instead of a copy.
+            let staged = storepatch::atomic::read_regular_nofollow(new).and_then(|(bytes, _)| {
+                storepatch::atomic::stage_file(&self.opts.kubelet_path, &bytes, binary_meta())
+            });
+            match staged {
+                Ok(s) => self.staged_kubelet = Some(s),
+                Err(e) => {
+                    return refuse(format!(
+                        "cannot stage the new kubelet beside {}: {e}",
+                        self.opts.kubelet_path.display()
+                    ))
+                }
+            }
         }
         Ok(())
     }
@@ -874,10 +895,17 @@ impl<'a> Run<'a> {
 
     fn patch(&mut self) -> Result<(), StepError> {
         // Planned again from the stopped store: the runtime may have changed it meanwhile.
+        // Against the version the preflight found (every candidate of `--from auto` plans the
+        // same actions): hashing two versions instead of all of them keeps the window short,
+        // and a container changed since is unproven here and counted below.
+        let from = match self.state.from {
+            Some(v) => From::Version(v),
+            None => self.opts.from,
+        };
         let plan = Plan::build_with(
             &self.opts.pods,
             self.store,
-            self.opts.from,
+            from,
             self.opts.to,
             &self.opts.node_files,
         )?;
@@ -927,9 +955,18 @@ impl<'a> Run<'a> {
         }
         self.state.done.binary_install_started = true;
         self.save();
-        let (bytes, _) = storepatch::atomic::read_regular_nofollow(&new)
-            .map_err(|e| StepError(format!("the new kubelet {}: {e}", new.display())))?;
-        install_file(path, &bytes, 0o755)?;
+        match self.staged_kubelet.take() {
+            Some(staged) => {
+                staged.commit()?;
+                storepatch::atomic::sync_dir(path.parent().unwrap_or(Path::new("/")))?;
+            }
+            // A run that finishes a killed one has nothing staged.
+            None => {
+                let (bytes, _) = storepatch::atomic::read_regular_nofollow(&new)
+                    .map_err(|e| StepError(format!("the new kubelet {}: {e}", new.display())))?;
+                storepatch::atomic::replace_file(path, &bytes, binary_meta())?;
+            }
+        }
         self.state.done.binary_installed = true;
         Ok(())
     }
@@ -1283,48 +1320,62 @@ fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> Result<(), (
     }
 }
 
-/// Writes `bytes` to `path` atomically (temp in the same directory, fsync, rename, directory
-/// fsync), mode `mode`, owned by root as binaries are; a symbolic link at `path` is replaced.
-fn install_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StoreError> {
-    let meta = storepatch::atomic::FileMeta {
-        mode,
+/// A kubelet binary: mode 0755, owned by whoever runs the upgrade (root on a node).
+fn binary_meta() -> storepatch::atomic::FileMeta {
+    storepatch::atomic::FileMeta {
+        mode: 0o755,
         ..storepatch::atomic::FileMeta::private()
-    };
-    storepatch::atomic::replace_file(path, bytes, meta)
+    }
 }
 
-/// Saves the installed kubelet at `path` into `backup`: a regular file is copied (mode and
-/// owner kept), a symbolic link is recorded as its target. Returns what the state records:
-/// `file:<backup>` or `symlink:<target>`.
+/// Saves the installed kubelet at `path` into `backup`: a regular file is hard-linked (the
+/// install replaces `path` by a rename, so the old inode keeps the old bytes; a copy when
+/// they are on different file systems), a symbolic link is recorded as its target. Returns
+/// what the state records: `file:<backup>` or `symlink:<target>`.
 fn save_binary(path: &Path, backup: &Path) -> Result<String, StoreError> {
     let meta = std::fs::symlink_metadata(path).map_err(|e| StoreError::io(path, e))?;
     if meta.file_type().is_symlink() {
         let target = std::fs::read_link(path).map_err(|e| StoreError::io(path, e))?;
         return Ok(format!("symlink:{}", target.display()));
     }
-    let (bytes, fmeta) = storepatch::atomic::read_regular_nofollow(path)?;
-    storepatch::atomic::replace_file(backup, &bytes, fmeta)?;
+    if !meta.file_type().is_file() {
+        return Err(StoreError::Refused(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    let _ = std::fs::remove_file(backup);
+    if std::fs::hard_link(path, backup).is_err() {
+        let (bytes, fmeta) = storepatch::atomic::read_regular_nofollow(path)?;
+        storepatch::atomic::replace_file(backup, &bytes, fmeta)?;
+    }
+    storepatch::atomic::sync_dir(backup.parent().unwrap_or(Path::new("/")))?;
     Ok(format!("file:{}", backup.display()))
 }
 
+/// Puts the saved kubelet back at `path` by a rename over it (from a hard link of the backup
+/// beside `path`, or a copy across file systems), or recreates the symbolic link.
 fn restore_binary(saved: &str, path: &Path) -> Result<(), StoreError> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let tmp = dir.join(format!(
+        ".{}.kubelet-rehash-restore-{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
     if let Some(target) = saved.strip_prefix("symlink:") {
-        let dir = path.parent().unwrap_or(Path::new("/"));
-        let tmp = dir.join(format!(
-            ".{}.kubelet-rehash-{}",
-            path.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default(),
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(target, &tmp).map_err(|e| StoreError::io(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
-        return storepatch::atomic::sync_dir(dir);
+    } else {
+        let file = Path::new(saved.strip_prefix("file:").unwrap_or(saved));
+        if std::fs::hard_link(file, &tmp).is_err() {
+            let (bytes, meta) = storepatch::atomic::read_regular_nofollow(file)?;
+            return storepatch::atomic::replace_file(path, &bytes, meta);
+        }
     }
-    let file = saved.strip_prefix("file:").unwrap_or(saved);
-    let (bytes, meta) = storepatch::atomic::read_regular_nofollow(Path::new(file))?;
-    storepatch::atomic::replace_file(path, &bytes, meta)
+    std::fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
+    storepatch::atomic::sync_dir(dir)
 }
 
 #[cfg(test)]
