@@ -772,7 +772,7 @@ fn start_runtime(rt: &dyn Runtime) {
 /// its version into the file --running-marker names.
 fn kubelet_program(version: &str, removed: &[&str]) -> String {
     format!(
-        r#"#!/usr/bin/python3
+        r#"#!/usr/bin/env python3
 import http.server, sys
 VERSION = "v{version}"
 REMOVED = {removed:?}
@@ -1123,6 +1123,14 @@ fn root_or_fail(setup: &str) {
         unsafe { libc::geteuid() },
         0,
         "the upgrade live tests start real runtimes and need root; {setup}"
+    );
+    // the kubelet stand-in is a Python program
+    assert!(
+        Command::new("python3")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "python3 is missing: the kubelet stand-in of these tests is a Python program"
     );
 }
 
