@@ -1370,6 +1370,16 @@ fn upgrade_containerd_1_7_24_every_failure_path() {
         &old,
     );
     n.check_state("after kill -9 before the patch", "rolled-back");
+    let beside: Vec<String> = fs::read_dir(n.kubelet.path.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        beside,
+        ["kubelet"],
+        "the staged binary the killed run left is swept"
+    );
 
     // 5. kill -9 after the patch (right after the runtime started), then `upgrade` again:
     //    the patch was complete and read back, so it goes forward

@@ -186,6 +186,12 @@ pub fn upgrade(opts: &UpgradeOptions, node: &dyn NodeControl) -> Result<UpgradeR
     // services under this one.
     let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     let previous = UpgradeState::read(&opts.state_path)?;
+    // A killed run may have left the new kubelet staged beside the installed one.
+    let kubelet_path = match previous.as_ref().filter(|p| p.unfinished()) {
+        Some(p) => PathBuf::from(&p.kubelet_path),
+        None => opts.kubelet_path.clone(),
+    };
+    sweep_kubelet_temps(&kubelet_path);
     if let Some(prev) = previous.as_ref().filter(|p| p.unfinished()) {
         let mut run = Run::resume(opts, node, store.as_ref(), prev.clone());
         return Ok(run.finish_interrupted_run());
@@ -265,6 +271,7 @@ pub fn rollback_state(
         endpoint: None,
         interrupt,
     };
+    sweep_kubelet_temps(&opts.kubelet_path);
     let mut run = Run::resume(&opts, node, store.as_ref(), prev);
     let (step, cause) = match &run.state.failure {
         Some(f) => (f.step, f.cause.clone()),
@@ -1118,6 +1125,24 @@ impl<'a> Run<'a> {
         self.save();
         let mut errors: Vec<String> = Vec::new();
         let wrote = self.state.done.patch_started || self.state.done.binary_install_started;
+        // A killed run may have started a service without recording it: what runs is what
+        // counts. A runtime it was starting may not answer yet: given its grace first, so the
+        // store is never restored under a runtime that then loads the patched one.
+        if !self.state.done.kubelet_up && self.node.kubelet_pid().is_some() {
+            self.state.done.kubelet_up = true;
+        }
+        if !self.state.done.runtime_up {
+            let kind = self.store.kind();
+            let endpoint = self.endpoint();
+            if std::mem::take(&mut self.runtime_maybe_starting) {
+                let grace = Instant::now() + RUNTIME_START_GRACE;
+                let _ = wait_until(grace, || self.node.runtime_answers(kind, &endpoint));
+            }
+            if self.node.runtime_answers(kind, &endpoint) || self.store.ensure_stopped().is_err() {
+                self.state.done.runtime_up = true;
+            }
+        }
+        self.save();
         // 1. the new kubelet must not run on the old store
         if self.state.done.kubelet_up && wrote {
             if let Err(e) = self.step(Step::UndoStopKubelet, |r| r.stop_kubelet()) {
@@ -1320,6 +1345,15 @@ fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> Result<(), (
     }
 }
 
+/// Removes the temp files killed runs left beside the kubelet binary (the staged new binary,
+/// a half-made restore): only ours (`.<name>.rehash-tmp-<pid>`), only of dead pids. Best
+/// effort: a leftover costs disk space, not safety.
+fn sweep_kubelet_temps(kubelet_path: &Path) {
+    if let Some(dir) = kubelet_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = storepatch::atomic::sweep_stale_temps(dir, 1);
+    }
+}
+
 /// A kubelet binary: mode 0755, owned by whoever runs the upgrade (root on a node).
 fn binary_meta() -> storepatch::atomic::FileMeta {
     storepatch::atomic::FileMeta {
@@ -1358,7 +1392,7 @@ fn save_binary(path: &Path, backup: &Path) -> Result<String, StoreError> {
 fn restore_binary(saved: &str, path: &Path) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     let tmp = dir.join(format!(
-        ".{}.kubelet-rehash-restore-{}",
+        ".{}.rehash-tmp-{}",
         path.file_name()
             .map(|n| n.to_string_lossy())
             .unwrap_or_default(),
