@@ -280,7 +280,7 @@ pub fn rollback_state(
             "an earlier run was killed mid-window; rolled back by `rollback --state`".into(),
         ),
     };
-    Ok(run.roll_back(step, cause, true))
+    Ok(run.roll_back(step, cause))
 }
 
 /// Why a window step failed.
@@ -516,7 +516,7 @@ impl<'a> Run<'a> {
     fn after_window_failure(&mut self, step: Step, cause: String) -> UpgradeReport {
         // Nothing written (a failure before the patch): going back only starts the runtime
         // and the kubelet again.
-        self.roll_back(step, cause, false)
+        self.roll_back(step, cause)
     }
 
     // ------------------------------------------------------------------------------------
@@ -1093,12 +1093,16 @@ impl<'a> Run<'a> {
             "run {} found this state unfinished (killed?) and finished it",
             std::process::id()
         ));
-        if self.state.done.patched && self.state.report.is_some() {
+        // Forward only from inside the window: a run killed while going back goes on back.
+        if self.state.phase == Phase::Window
+            && self.state.done.patched
+            && self.state.report.is_some()
+        {
             self.state.phase = Phase::Window;
             self.save();
             match self.forward() {
                 Ok(()) => self.finish_done(),
-                Err((step, e)) => self.roll_back(step, e.0, false),
+                Err((step, e)) => self.roll_back(step, e.0),
             }
         } else {
             let step = self.state.last_step();
@@ -1106,20 +1110,20 @@ impl<'a> Run<'a> {
                 step,
                 "an earlier run was killed mid-window before its patch was complete; rolled back"
                     .into(),
-                false,
             )
         }
     }
 
     /// Undoes whatever the state says was done, and starts the runtime and the old kubelet.
-    /// `explicit`: asked for by `rollback --state`.
-    fn roll_back(&mut self, step: Step, cause: String, explicit: bool) -> UpgradeReport {
-        if self.state.failure.is_none() || !explicit {
-            self.state.failure = Some(StepFailure {
-                step,
-                cause: cause.clone(),
-            });
-        }
+    fn roll_back(&mut self, step: Step, cause: String) -> UpgradeReport {
+        // The first failure is the one to report: a run that finishes a killed one going back
+        // keeps the killed run's reason when it had one.
+        let first = self
+            .state
+            .failure
+            .get_or_insert(StepFailure { step, cause })
+            .clone();
+        let (step, cause) = (first.step, first.cause);
         self.state.phase = Phase::RollingBack;
         self.kubelet_down.get_or_insert_with(Instant::now);
         self.save();
