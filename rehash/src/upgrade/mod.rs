@@ -193,6 +193,18 @@ pub fn upgrade(opts: &UpgradeOptions, node: &dyn NodeControl) -> Result<UpgradeR
     };
     sweep_kubelet_temps(&kubelet_path);
     if let Some(prev) = previous.as_ref().filter(|p| p.unfinished()) {
+        let here = store.root().display().to_string();
+        if prev.root != here || prev.runtime != store.kind() {
+            return Err(Error::Report {
+                reason: format!(
+                    "{}: the unfinished run it records is of the {} store at {}, not of the {} store at {here}: finish it with that store's flags",
+                    opts.state_path.display(),
+                    prev.runtime.name(),
+                    prev.root,
+                    store.kind().name()
+                ),
+            });
+        }
         let mut run = Run::resume(opts, node, store.as_ref(), prev.clone());
         return Ok(run.finish_interrupted_run());
     }
@@ -493,7 +505,7 @@ impl<'a> Run<'a> {
         self.save();
         Ok(match self.window() {
             Ok(()) => self.finish_done(),
-            Err((step, e)) => self.after_window_failure(step, e.0),
+            Err((step, e)) => self.roll_back(step, e.0),
         })
     }
 
@@ -511,12 +523,6 @@ impl<'a> Run<'a> {
         self.state.measured = Measured::from_steps(&self.state.steps, &self.state.measured);
         self.save();
         self.report(UpgradeResult::Done)
-    }
-
-    fn after_window_failure(&mut self, step: Step, cause: String) -> UpgradeReport {
-        // Nothing written (a failure before the patch): going back only starts the runtime
-        // and the kubelet again.
-        self.roll_back(step, cause)
     }
 
     // ------------------------------------------------------------------------------------
