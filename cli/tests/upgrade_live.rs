@@ -18,7 +18,8 @@
 //! after an upgrade and the original ones after a rollback; the kubelet binary's bytes; the
 //! version of the kubelet that runs; the state file (phase, steps, measured down times within
 //! the budget). Failure paths on containerd 1.7: a wrong kubelet binary and a removed flag
-//! (refused, the runtime never restarted), SIGTERM to the tool inside the window, `kill -9`
+//! (refused, the runtime never restarted), SIGTERM to the tool inside the window, SIGINT and then
+//! SIGTERM, `kill -9`
 //! before and after the patch then `upgrade` / `rollback --state` again, a downgrade with the
 //! old binary, and a runtime stop that kills the containers.
 //!
@@ -1346,6 +1347,24 @@ fn upgrade_containerd_1_7_24_every_failure_path() {
         st["store_restored"] == "bytes" || st["store_restored"] == "values",
         "{st:#}"
     );
+
+    // 3b. SIGINT and then SIGTERM right after the runtime stopped (an operator's Ctrl-C, then
+    //     a supervisor's stop): one safe way back, nothing written
+    let o = n.upgrade(
+        "SIGINT then SIGTERM",
+        &up(Extra {
+            stop_runtime: Some(format!(
+                "{}; kill -INT $PPID; sleep 0.1; kill -TERM $PPID",
+                rt.stop_cmd()
+            )),
+            ..Extra::default()
+        }),
+    );
+    expect_code("SIGINT then SIGTERM", &o, 3);
+    assert!(o.stderr.contains("interrupted"), "{}", o.stderr);
+    n.check("after SIGINT then SIGTERM", &stored_values, &old_v, &old);
+    let st = n.check_state("after SIGINT then SIGTERM", "rolled-back");
+    assert_eq!(st["done"]["patch_started"], false, "nothing written");
 
     // 4. kill -9 before the patch (right after the runtime stopped), then `upgrade` again:
     //    nothing was written, so it goes back
