@@ -18,13 +18,13 @@
 //! after an upgrade and the original ones after a rollback; the kubelet binary's bytes; the
 //! version of the kubelet that runs; the state file (phase, steps, measured down times within
 //! the budget). Failure paths on containerd 1.7: a wrong kubelet binary and a removed flag
-//! (refused, the runtime never restarted), SIGTERM to the tool inside the window, SIGINT and then
-//! SIGTERM, `kill -9`
-//! before and after the patch then `upgrade` / `rollback --state` again, a downgrade with the
-//! old binary, and a runtime stop that kills the containers.
+//! (refused, the runtime never restarted), SIGTERM to the tool inside the window, SIGINT and
+//! then SIGTERM, `kill -9` before and after the patch then `upgrade` / `rollback --state`
+//! again, a downgrade with the old binary, and a runtime stop that kills the containers.
 //!
-//! Needs root, scripts/setup-docker.sh, scripts/setup-containerd.sh and scripts/setup-crio.sh. One runtime at a time
-//! (testtools' process-wide lock); Drop guards stop what the scripts started, by pid.
+//! Needs root, python3, scripts/setup-docker.sh, scripts/setup-containerd.sh and
+//! scripts/setup-crio.sh. One runtime at a time (testtools' process-wide lock); Drop guards
+//! stop what the scripts started, by pid.
 
 use hashcompat::KubeletVersion;
 use serde_json::{json, Value};
