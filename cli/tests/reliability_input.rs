@@ -1156,13 +1156,46 @@ fn rollback_removes_temps_of_dead_runs_only() {
 }
 
 /// Waits until another process holds the store's lock and returns the pid it wrote there.
+/// The pid holding a flock on `path`, read from `/proc/locks`. Probing by taking the lock
+/// would hold it for an instant, and a process under test that tried in that instant would
+/// lose the race and refuse: the probe must look, not touch.
+fn flock_holder(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let dev = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(meta.dev()),
+        libc::minor(meta.dev()),
+        meta.ino()
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        // `1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF`; waiters carry `->` after the
+        // number and hold nothing
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() >= 6 && f[1] == "FLOCK" && f[3] == "WRITE" && f[5] == dev)
+            .then(|| f[4].parse().ok())
+            .flatten()
+    })
+}
+
+/// Waits (30 s at most) until some process holds the store's lock — the root's flock and the
+/// pid file's, with its pid written, which a refused run reads — and returns its pid.
 fn wait_for_holder(root: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(root).unwrap();
+    let pid_file = storepatch::lock::lock_dir().join(format!("{}-{}.lock", meta.dev(), meta.ino()));
     let t = Instant::now();
     loop {
-        match storepatch::lock::StoreLock::acquire(root) {
-            Err(storepatch::StoreError::Locked { pid: Some(pid), .. }) => return pid,
-            Err(storepatch::StoreError::Locked { pid: None, .. }) | Ok(_) => {}
-            Err(e) => panic!("lock of {}: {e}", root.display()),
+        let written = || {
+            std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok())
+        };
+        if let Some(pid) = flock_holder(root) {
+            if flock_holder(&pid_file) == Some(pid) && written() == Some(pid) {
+                return pid;
+            }
         }
         assert!(
             t.elapsed() < Duration::from_secs(30),
@@ -1289,10 +1322,9 @@ fn the_lock_holds_for_a_run_with_another_run_dir() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut holder = holder.spawn().expect("the binary runs");
-    // Wait until the other run holds the store: its pid file is in its own lock directory, so
-    // from here the holder is unknown — but the store is locked.
+    // Wait until the other run holds the store (looking, not touching: see flock_holder).
     let t = Instant::now();
-    loop {
+    let pid = loop {
         if let Some(status) = holder.try_wait().unwrap() {
             let out = holder.wait_with_output().unwrap();
             panic!(
@@ -1300,22 +1332,26 @@ fn the_lock_holds_for_a_run_with_another_run_dir() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        match storepatch::lock::StoreLock::acquire(&node.store_root()) {
-            Err(storepatch::StoreError::Locked { pid, .. }) => {
-                assert_eq!(
-                    pid, None,
-                    "the holder's pid file is in its own lock directory"
-                );
-                break;
-            }
-            Ok(_) => {}
-            Err(e) => panic!("{e}"),
+        if let Some(pid) = flock_holder(&node.store_root()) {
+            break pid;
         }
         assert!(
             t.elapsed() < Duration::from_secs(30),
             "the holder never took the lock"
         );
         std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(pid, holder.id(), "the store root is flocked by the holder");
+    // its pid file is in its own lock directory, so from here the holder is unknown — but the
+    // store is locked
+    match storepatch::lock::StoreLock::acquire(&node.store_root()) {
+        Err(storepatch::StoreError::Locked { pid, .. }) => {
+            assert_eq!(
+                pid, None,
+                "the holder's pid file is in its own lock directory"
+            )
+        }
+        other => panic!("the store must be locked by the holder: {other:?}"),
     }
     let before = node.snapshot();
     let bk2 = tmp.path().join("bk2");
