@@ -6,6 +6,7 @@ mod dist;
 mod hash_cmd;
 mod render;
 mod spinner;
+mod upgrade_cmd;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use hashcompat::KubeletVersion;
@@ -137,12 +138,35 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// The whole maintenance window of one node: preflight with nothing stopped (plan, hazards,
+    /// the runtime unit keeps its containers, the new kubelet binary's version and flags, room
+    /// for the backup, the predicted window within the budget), then stop the kubelet and the
+    /// runtime, patch, install the new kubelet, start the runtime, verify live, start the
+    /// kubelet and wait for its health endpoint. Any failure, SIGINT or SIGTERM in the window
+    /// rolls back and starts the runtime and the old kubelet; a killed run is finished by the
+    /// next one with the same --state. Exit 0 done; 3 refused (nothing stopped) or rolled back;
+    /// 4 some containers would restart and --accept-restarts was not given (nothing stopped).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Upgrade {
+        #[command(flatten)]
+        plan: PlanFlags,
+        #[command(flatten)]
+        upgrade: Box<upgrade_cmd::UpgradeFlags>,
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Restore every file of a backup byte for byte (refuses, naming the file, when the store
-    /// changed since the patch).
+    /// changed since the patch). With --state: finish an `upgrade` that was killed mid-window
+    /// by going back (store, kubelet binary, runtime and old kubelet started).
     #[command(after_help = EXIT_CODES_HELP)]
     Rollback {
-        #[arg(long)]
-        backup_dir: PathBuf,
+        #[arg(long, required_unless_present = "state")]
+        backup_dir: Option<PathBuf>,
+        /// The state file of an `upgrade` run to finish by going back.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["backup_dir", "values", "accept_unrecorded"])]
+        state: Option<PathBuf>,
+        #[command(flatten)]
+        services: Box<upgrade_cmd::ServiceFlags>,
         #[command(flatten)]
         store: StoreFlags,
         /// Restore a file whose patched sha256 was never recorded (a crash mid-patch) even though
@@ -762,12 +786,32 @@ fn main() -> ExitCode {
             *output,
             &mut out,
         ),
+        Command::Upgrade {
+            plan,
+            upgrade,
+            output,
+        } => upgrade_cmd::cmd_upgrade(plan, upgrade, *output, &mut out),
+        Command::Rollback {
+            state: Some(state),
+            store,
+            services,
+            ..
+        } => upgrade_cmd::cmd_rollback_state(state, store, services, &mut out),
         Command::Rollback {
             backup_dir,
             store,
             accept_unrecorded,
             values,
-        } => cmd_rollback(backup_dir, store, *accept_unrecorded, *values, &mut out),
+            ..
+        } => cmd_rollback(
+            backup_dir
+                .as_deref()
+                .expect("clap: --backup-dir without --state"),
+            store,
+            *accept_unrecorded,
+            *values,
+            &mut out,
+        ),
         Command::Versions { output } => cmd_versions(*output, &mut out)
             .map(|_| exit::OK)
             .map_err(Failure::output),

@@ -64,6 +64,7 @@ pub mod pods;
 pub mod progress;
 pub mod rollback;
 pub mod static_pods;
+pub mod upgrade;
 pub mod verify;
 
 pub use error::{Error, ErrorClass};
@@ -74,6 +75,9 @@ pub use patch::{patch, BackupOptions, PatchReport};
 pub use plan::{Action, From, NodeFiles, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT};
 pub use progress::{Event, Progress, Silent};
 pub use rollback::{rollback, rollback_values, ValueRollback};
+pub use upgrade::{
+    upgrade, NodeControl, SystemNode, UpgradeOptions, UpgradeReport, UpgradeResult, UpgradeState,
+};
 pub use verify::{verify, verify_live, LiveProblem, LiveVerification, Verification};
 
 /// Plans and patches in one call, as `kubelet-rehash patch` does: the plan is made from the

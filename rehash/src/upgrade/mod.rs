@@ -1,0 +1,1284 @@
+//! `upgrade`: the whole maintenance window of one node in one call — preflight with nothing
+//! stopped, then stop the kubelet and the runtime, patch, install the new kubelet binary,
+//! start the runtime, verify it live, start the kubelet and wait for its health endpoint; any
+//! failure (or a SIGINT/SIGTERM the caller reports through [`UpgradeOptions::interrupt`]) rolls
+//! back what was done and starts the runtime and the *old* kubelet again.
+//!
+//! Everything that touches the node's services and processes goes through [`NodeControl`]:
+//! [`SystemNode`] is the real one (systemd units, or the operator's shell commands), and tests
+//! drive every failure path through their own implementation ([`NodeControl::before`] is the
+//! seam; the real one never fails there). No environment variable changes what it does.
+//!
+//! Progress is the state file ([`UpgradeState`], docs/upgrade.md), rewritten atomically
+//! (temp + fsync + rename) at every step, so a fleet engine can poll it while the work runs,
+//! and a run killed with `kill -9` is finished by the next one given the same file: forward
+//! when the patch was complete and read back, otherwise back.
+
+mod state;
+mod system;
+
+pub use state::{
+    Measured, Phase, Progressed, Step, StepFailure, StepOutcome, StepRecord, UpgradeState,
+    STATE_FORMAT,
+};
+pub use system::{SystemNode, DEFAULT_HEALTHZ};
+
+use crate::error::Error;
+use crate::hazard::Severity;
+use crate::node::StoreLocation;
+use crate::patch::BackupOptions;
+use crate::plan::{From, NodeFiles, Plan};
+use crate::pods::ContainerState;
+use crate::verify::LiveVerification;
+use hashcompat::KubeletVersion;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use storepatch::{RuntimeKind, RuntimeStore, StoreError};
+
+/// The service control and process view of a node: the test seam of [`upgrade`].
+pub trait NodeControl {
+    /// Stops the kubelet (returns when the stop command returned).
+    fn stop_kubelet(&self) -> Result<(), String>;
+    /// Starts the kubelet.
+    fn start_kubelet(&self) -> Result<(), String>;
+    /// Stops the container runtime.
+    fn stop_runtime(&self) -> Result<(), String>;
+    /// Starts the container runtime.
+    fn start_runtime(&self) -> Result<(), String>;
+    /// Why stopping the runtime will not kill the containers (`Ok(how we know)`), or why it
+    /// would (`Err`): a containerd/CRI-O unit's `KillMode`, Docker's live-restore.
+    fn runtime_keeps_containers(&self, kind: RuntimeKind, endpoint: &str)
+        -> Result<String, String>;
+    /// The running kubelet's pid, when one runs.
+    fn kubelet_pid(&self) -> Option<u32>;
+    /// A process's command line (argv), when it exists.
+    fn cmdline(&self, pid: u32) -> Option<Vec<String>>;
+    /// Whether a process exists.
+    fn pid_alive(&self, pid: u32) -> bool;
+    /// Runs a binary with arguments: whether it exited 0, and what it printed (both streams).
+    fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), String>;
+    /// Whether the kubelet's health endpoint answers `ok`.
+    fn healthy(&self, url: &str) -> bool;
+    /// Whether the runtime's API answers (after its start).
+    fn runtime_answers(&self, kind: RuntimeKind, endpoint: &str) -> bool {
+        kind.runtime().live_containers(endpoint).is_ok()
+    }
+    /// `verify --live` against the restarted runtime.
+    fn verify_live(
+        &self,
+        report: &Plan,
+        endpoint: Option<&str>,
+    ) -> Result<LiveVerification, Error> {
+        crate::verify::verify_live(report, endpoint)
+    }
+    /// Called when `step` begins; an `Err` fails that step. The real node never fails here:
+    /// this is where tests inject faults (and signals) at every step.
+    fn before(&self, _step: Step) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// What [`upgrade`] is asked to do.
+#[derive(Debug)]
+pub struct UpgradeOptions {
+    /// `kubectl get pods -A --field-selector spec.nodeName=NODE -o json`.
+    pub pods: Vec<u8>,
+    /// The node's kubelet version now.
+    pub from: From,
+    /// The kubelet version to go to (older than the node's: the downgrade path).
+    pub to: KubeletVersion,
+    /// The store.
+    pub location: StoreLocation,
+    /// Static pod manifests and the kubelet's checkpoint directory.
+    pub node_files: NodeFiles,
+    /// Where this run's backups go (must not exist, or be empty): the store's in `store/`, the
+    /// old kubelet binary in `kubelet/`.
+    pub backup_dir: PathBuf,
+    /// Move checkpoints the target kubelet rejects into the backup (see [`BackupOptions`]).
+    pub set_aside_checkpoints: bool,
+    /// The installed kubelet binary (resolved on the node already).
+    pub kubelet_path: PathBuf,
+    /// The new kubelet binary to install, when the kubelet binary changes.
+    pub new_kubelet: Option<PathBuf>,
+    /// How long the kubelet may be down; `None`: [`default_budget`].
+    pub budget: Option<Duration>,
+    /// The state file.
+    pub state_path: PathBuf,
+    /// The kubelet's health endpoint ([`DEFAULT_HEALTHZ`]).
+    pub healthz: String,
+    /// Go on although the plan says some containers restart anyway.
+    pub accept_restarts: bool,
+    /// The runtime endpoint `verify --live` asks (default: the store's).
+    pub endpoint: Option<String>,
+    /// Set by the caller's SIGINT/SIGTERM handler: inside the window the run rolls back to a
+    /// safe state; before it, it stops with nothing stopped.
+    pub interrupt: &'static AtomicBool,
+}
+
+/// How long the kubelet may be down before the node goes NotReady: the control plane's
+/// node-monitor-grace-period, 40 s, 50 s from Kubernetes 1.32.
+pub fn default_budget(to: KubeletVersion) -> Duration {
+    if to.minor() >= 32 {
+        Duration::from_secs(50)
+    } else {
+        Duration::from_secs(40)
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpgradeResult {
+    /// Upgraded, verified, kubelet healthy (exit 0).
+    Done,
+    /// Refused in preflight; nothing was stopped (exit 3).
+    Refused(String),
+    /// The plan says some containers restart and that was not accepted; nothing stopped
+    /// (exit 4).
+    RestartsNotAccepted(String),
+    /// A step of the window failed; everything done was undone and the runtime and the old
+    /// kubelet run again (exit 3).
+    RolledBack {
+        /// The step that failed.
+        step: Step,
+        /// Why.
+        cause: String,
+    },
+    /// Undoing failed too (exit 1): the state file says what is left.
+    Failed {
+        /// The step that failed first.
+        step: Step,
+        /// Why it failed, and what failed while undoing it.
+        cause: String,
+    },
+}
+
+/// What [`upgrade`] returns: how it ended, and the final state (as written to the state file).
+#[derive(Debug, Clone)]
+pub struct UpgradeReport {
+    /// How it ended.
+    pub result: UpgradeResult,
+    /// The final state.
+    pub state: UpgradeState,
+}
+
+/// Defaults when no earlier run measured this node: generous, so a first run is not refused
+/// for times it has not seen.
+const DEFAULT_STOP_KUBELET: Duration = Duration::from_secs(2);
+const DEFAULT_STOP_RUNTIME: Duration = Duration::from_secs(3);
+const DEFAULT_START_RUNTIME: Duration = Duration::from_secs(5);
+const DEFAULT_KUBELET_HEALTHY: Duration = Duration::from_secs(10);
+
+/// How long undoing may wait for a service, per wait: undoing is not held to the budget (the
+/// budget was already lost), but must not hang.
+const ROLLBACK_WAIT: Duration = Duration::from_secs(60);
+
+/// Runs one node's upgrade window, or finishes the one a killed run left in `state_path`.
+/// Usage errors (a bad pods file, an unknown store) are `Err` before anything was stopped;
+/// everything else is an [`UpgradeResult`].
+pub fn upgrade(opts: &UpgradeOptions, node: &dyn NodeControl) -> Result<UpgradeReport, Error> {
+    let store = opts.location.open()?;
+    // Held to the end, across the window: a second run waits its turn instead of stopping
+    // services under this one.
+    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
+    let previous = UpgradeState::read(&opts.state_path)?;
+    if let Some(prev) = previous.as_ref().filter(|p| p.unfinished()) {
+        let mut run = Run::resume(opts, node, store.as_ref(), prev.clone());
+        return Ok(run.finish_interrupted_run());
+    }
+    let mut run = Run::new(opts, node, store.as_ref(), previous.as_ref());
+    run.go()
+}
+
+/// Finishes the run a killed `upgrade` left in the state file by going back, whatever it got
+/// to (`rollback --state`). A state that is finished is left as it is.
+pub fn rollback_state(
+    state_path: &Path,
+    location: &StoreLocation,
+    healthz: &str,
+    node: &dyn NodeControl,
+    interrupt: &'static AtomicBool,
+) -> Result<UpgradeReport, Error> {
+    let Some(prev) = UpgradeState::read(state_path)? else {
+        return Err(Error::Report {
+            reason: format!("{}: no upgrade state file there", state_path.display()),
+        });
+    };
+    let mut location = location.clone();
+    if location.root.is_none() {
+        location.runtime = Some(prev.runtime);
+        location.root = Some(PathBuf::from(&prev.root));
+    }
+    let store = location.open()?;
+    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
+    if !prev.unfinished() {
+        let result = match prev.phase {
+            Phase::Done => UpgradeResult::Done,
+            Phase::Failed => UpgradeResult::Failed {
+                step: prev
+                    .failure
+                    .as_ref()
+                    .map(|f| f.step)
+                    .unwrap_or(Step::Preflight),
+                cause: prev
+                    .failure
+                    .as_ref()
+                    .map(|f| f.cause.clone())
+                    .unwrap_or_default(),
+            },
+            _ => UpgradeResult::RolledBack {
+                step: prev
+                    .failure
+                    .as_ref()
+                    .map(|f| f.step)
+                    .unwrap_or(Step::Preflight),
+                cause: prev
+                    .failure
+                    .as_ref()
+                    .map(|f| f.cause.clone())
+                    .unwrap_or_default(),
+            },
+        };
+        return Ok(UpgradeReport {
+            result,
+            state: prev,
+        });
+    }
+    let opts = UpgradeOptions {
+        pods: Vec::new(),
+        from: From::Auto,
+        to: prev.to,
+        location,
+        node_files: NodeFiles::default(),
+        backup_dir: PathBuf::from(&prev.backup_dir),
+        set_aside_checkpoints: false,
+        kubelet_path: PathBuf::from(&prev.kubelet_path),
+        new_kubelet: prev.new_kubelet.as_ref().map(PathBuf::from),
+        budget: Some(Duration::from_secs_f64(prev.budget_s)),
+        state_path: state_path.to_path_buf(),
+        healthz: healthz.to_string(),
+        accept_restarts: false,
+        endpoint: None,
+        interrupt,
+    };
+    let mut run = Run::resume(&opts, node, store.as_ref(), prev);
+    let (step, cause) = match &run.state.failure {
+        Some(f) => (f.step, f.cause.clone()),
+        None => (
+            run.state.last_step(),
+            "an earlier run was killed mid-window; rolled back by `rollback --state`".into(),
+        ),
+    };
+    Ok(run.roll_back(step, cause, true))
+}
+
+/// Why a window step failed.
+struct StepError(String);
+
+impl<E: std::fmt::Display> std::convert::From<E> for StepError {
+    fn from(e: E) -> Self {
+        StepError(e.to_string())
+    }
+}
+
+struct Run<'a> {
+    opts: &'a UpgradeOptions,
+    node: &'a dyn NodeControl,
+    store: &'a dyn RuntimeStore,
+    state: UpgradeState,
+    budget: Duration,
+    /// When the kubelet was stopped, in this process (the state holds the wall clock).
+    kubelet_down: Option<Instant>,
+    runtime_down: Option<Instant>,
+    /// The pids of the containers that must survive, from the preflight plan.
+    kept_pids: Vec<(String, u32)>,
+    preflight_restarts: usize,
+    /// A run that resumes a killed one: its byte rollback may meet a file the killed patch
+    /// wrote without recording its sha256.
+    resumed: bool,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        opts: &'a UpgradeOptions,
+        node: &'a dyn NodeControl,
+        store: &'a dyn RuntimeStore,
+        previous: Option<&UpgradeState>,
+    ) -> Self {
+        let budget = opts.budget.unwrap_or_else(|| default_budget(opts.to));
+        let mut state = UpgradeState::new(opts, store, budget);
+        if let Some(p) = previous {
+            state.measured = p.measured.clone();
+        }
+        Run {
+            opts,
+            node,
+            store,
+            state,
+            budget,
+            kubelet_down: None,
+            runtime_down: None,
+            kept_pids: Vec::new(),
+            preflight_restarts: 0,
+            resumed: false,
+        }
+    }
+
+    fn resume(
+        opts: &'a UpgradeOptions,
+        node: &'a dyn NodeControl,
+        store: &'a dyn RuntimeStore,
+        mut state: UpgradeState,
+    ) -> Self {
+        let budget = Duration::from_secs_f64(state.budget_s);
+        state.pid = std::process::id();
+        state.resumed_by.push(std::process::id());
+        // The down times go on counting from the wall clock the killed run recorded.
+        let since = |unix_ms: Option<u64>| {
+            unix_ms.map(|t| {
+                let ago = state::unix_ms().saturating_sub(t);
+                Instant::now()
+                    .checked_sub(Duration::from_millis(ago))
+                    .unwrap_or_else(Instant::now)
+            })
+        };
+        let kubelet_down = since(state.kubelet_stopped_unix_ms).filter(|_| !state.done.kubelet_up);
+        let runtime_down = since(state.runtime_stopped_unix_ms).filter(|_| !state.done.runtime_up);
+        Run {
+            opts,
+            node,
+            store,
+            state,
+            budget,
+            kubelet_down,
+            runtime_down,
+            kept_pids: Vec::new(),
+            preflight_restarts: 0,
+            resumed: true,
+        }
+    }
+
+    fn save(&mut self) {
+        self.state.updated_unix_ms = state::unix_ms();
+        if let Some(t) = self.kubelet_down {
+            self.state.kubelet_down_ms = Some(ms(t.elapsed()));
+        }
+        if let Some(t) = self.runtime_down {
+            self.state.runtime_down_ms = Some(ms(t.elapsed()));
+        }
+        // A state that cannot be written is not a reason to leave the node half-done: the
+        // run goes on, and says so in the final report.
+        if let Err(e) = self.state.write(&self.opts.state_path) {
+            let msg = e.to_string();
+            if !self.state.state_write_errors.contains(&msg) {
+                self.state.state_write_errors.push(msg);
+            }
+        }
+    }
+
+    /// Runs `f` as `step`: recorded (start, end, outcome) in the state file around it, the
+    /// test seam and the interrupt flag checked first.
+    fn step<T>(
+        &mut self,
+        step: Step,
+        f: impl FnOnce(&mut Self) -> Result<T, StepError>,
+    ) -> Result<T, StepError> {
+        self.state.steps.push(StepRecord::begin(step));
+        self.save();
+        let t0 = Instant::now();
+        let out = if self.interrupted() && !step.is_undo() {
+            Err(StepError(
+                "interrupted (SIGINT/SIGTERM): going back to a safe state".into(),
+            ))
+        } else {
+            match self.node.before(step) {
+                Err(e) => Err(StepError(e)),
+                Ok(()) => f(self),
+            }
+        };
+        let rec = self.state.steps.last_mut().expect("begun above");
+        rec.end(t0.elapsed(), out.as_ref().err().map(|e| e.0.clone()));
+        self.save();
+        out
+    }
+
+    fn interrupted(&self) -> bool {
+        self.opts.interrupt.load(Ordering::SeqCst)
+    }
+
+    fn go(&mut self) -> Result<UpgradeReport, Error> {
+        self.state.phase = Phase::Preflight;
+        self.save();
+        match self.preflight() {
+            Ok(()) => {}
+            Err(Preflight::Usage(e)) => {
+                self.state.phase = Phase::Refused;
+                self.state.failure = Some(StepFailure {
+                    step: Step::Preflight,
+                    cause: e.to_string(),
+                });
+                self.save();
+                return Err(e);
+            }
+            Err(Preflight::Refused(why)) => {
+                self.state.phase = Phase::Refused;
+                self.state.failure = Some(StepFailure {
+                    step: Step::Preflight,
+                    cause: why.clone(),
+                });
+                self.save();
+                return Ok(self.report(UpgradeResult::Refused(why)));
+            }
+            Err(Preflight::Restarts(why)) => {
+                self.state.phase = Phase::RestartsNotAccepted;
+                self.state.failure = Some(StepFailure {
+                    step: Step::Preflight,
+                    cause: why.clone(),
+                });
+                self.save();
+                return Ok(self.report(UpgradeResult::RestartsNotAccepted(why)));
+            }
+        }
+        self.state.phase = Phase::Window;
+        self.save();
+        Ok(match self.window() {
+            Ok(()) => self.finish_done(),
+            Err((step, e)) => self.after_window_failure(step, e.0),
+        })
+    }
+
+    fn report(&self, result: UpgradeResult) -> UpgradeReport {
+        UpgradeReport {
+            result,
+            state: self.state.clone(),
+        }
+    }
+
+    fn finish_done(&mut self) -> UpgradeReport {
+        self.state.phase = Phase::Done;
+        self.kubelet_down = None;
+        self.runtime_down = None;
+        self.state.measured = Measured::from_steps(&self.state.steps, &self.state.measured);
+        self.save();
+        self.report(UpgradeResult::Done)
+    }
+
+    fn after_window_failure(&mut self, step: Step, cause: String) -> UpgradeReport {
+        // Nothing written (a failure before the patch): going back only starts the runtime
+        // and the kubelet again.
+        self.roll_back(step, cause, false)
+    }
+
+    // ------------------------------------------------------------------------------------
+    // preflight: nothing stopped
+    // ------------------------------------------------------------------------------------
+
+    fn preflight(&mut self) -> Result<(), Preflight> {
+        let t0 = Instant::now();
+        self.state.steps.push(StepRecord::begin(Step::Preflight));
+        self.save();
+        let out = self.preflight_checks();
+        let rec = self.state.steps.last_mut().expect("begun above");
+        let err = match &out {
+            Ok(()) => None,
+            Err(Preflight::Usage(e)) => Some(e.to_string()),
+            Err(Preflight::Refused(w)) | Err(Preflight::Restarts(w)) => Some(w.clone()),
+        };
+        rec.end(t0.elapsed(), err);
+        self.save();
+        out
+    }
+
+    fn preflight_checks(&mut self) -> Result<(), Preflight> {
+        let refuse = |s: String| Err(Preflight::Refused(s));
+        self.node
+            .before(Step::Preflight)
+            .map_err(Preflight::Refused)?;
+        if self.interrupted() {
+            return refuse(
+                "interrupted (SIGINT/SIGTERM) before the window; nothing stopped".into(),
+            );
+        }
+        let plan = Plan::build_with(
+            &self.opts.pods,
+            self.store,
+            self.opts.from,
+            self.opts.to,
+            &self.opts.node_files,
+        )
+        .map_err(Preflight::from)?;
+        self.state.from = plan.from;
+        self.state.summary = Some(plan.summary.clone());
+        self.state.hazards = plan
+            .hazards
+            .iter()
+            .map(|h| format!("[{}] {}", h.code, h.message))
+            .collect();
+        self.save();
+        let blocking: Vec<String> = plan
+            .hazards
+            .iter()
+            .filter(|h| h.severity == Severity::Block)
+            .filter(|h| !(self.opts.set_aside_checkpoints && h.code == "checkpoint-rejected"))
+            .map(|h| format!("[{}] {}", h.code, h.message))
+            .collect();
+        if !blocking.is_empty() {
+            return refuse(format!("block hazard(s): {}", blocking.join("; ")));
+        }
+        let endpoint = self.endpoint();
+        match self
+            .node
+            .runtime_keeps_containers(self.store.kind(), &endpoint)
+        {
+            Ok(how) => self
+                .state
+                .notes
+                .push(format!("runtime stop keeps the containers: {how}")),
+            Err(why) => return refuse(why),
+        }
+        if let Err(e) = self.store.precheck() {
+            return refuse(e.to_string());
+        }
+        self.kept_pids = kept_pids(&plan);
+        let dead: Vec<String> = self
+            .kept_pids
+            .iter()
+            .filter(|(_, pid)| !self.node.pid_alive(*pid))
+            .map(|(id, pid)| format!("{id} (pid {pid})"))
+            .collect();
+        if !dead.is_empty() {
+            return refuse(format!(
+                "the runtime records {} running container(s) whose process does not exist: {}; is this the node's store, and is the pods file current?",
+                dead.len(),
+                first_few(&dead)
+            ));
+        }
+        self.check_new_kubelet()?;
+        if std::fs::read_dir(&self.opts.backup_dir).is_ok_and(|mut d| d.next().is_some()) {
+            return refuse(format!(
+                "the backup directory {} is not empty: give each run a new one",
+                self.opts.backup_dir.display()
+            ));
+        }
+        self.check_backup_room(&plan)?;
+        let predicted = self.predicted_window(&plan);
+        self.state.predicted_window_s = Some(predicted.as_secs_f64());
+        if predicted > self.budget {
+            return refuse(format!(
+                "the predicted kubelet-down window {:.1} s does not fit the budget {:.0} s ({})",
+                predicted.as_secs_f64(),
+                self.budget.as_secs_f64(),
+                self.state.measured.describe()
+            ));
+        }
+        self.preflight_restarts = plan.summary.would_restart_after_rewrite;
+        if plan.incomplete() && !self.opts.accept_restarts {
+            return Err(Preflight::Restarts(format!(
+                "{}; nothing stopped (accept with --accept-restarts)",
+                plan.summary.sentence
+            )));
+        }
+        Ok(())
+    }
+
+    fn endpoint(&self) -> String {
+        self.opts
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| self.store.endpoint())
+    }
+
+    fn check_new_kubelet(&mut self) -> Result<(), Preflight> {
+        let Some(new) = &self.opts.new_kubelet else {
+            return Ok(());
+        };
+        let (ok, out) = self
+            .node
+            .run_binary(new, &["--version".to_string()])
+            .map_err(|e| Preflight::Refused(format!("{} --version: {e}", new.display())))?;
+        if !ok {
+            return Err(Preflight::Refused(format!(
+                "{} --version failed: {}",
+                new.display(),
+                out.trim()
+            )));
+        }
+        match version_in(&out) {
+            Some((1, minor)) if minor == self.opts.to.minor() => {}
+            Some((major, minor)) => {
+                return Err(Preflight::Refused(format!(
+                    "{} is kubelet {major}.{minor}, not {} (--to)",
+                    new.display(),
+                    self.opts.to
+                )))
+            }
+            None => {
+                return Err(Preflight::Refused(format!(
+                    "{} --version printed no kubelet version: {}",
+                    new.display(),
+                    out.trim()
+                )))
+            }
+        }
+        let Some(pid) = self.node.kubelet_pid() else {
+            return Err(Preflight::Refused(
+                "no running kubelet found, so its command line cannot be checked against the new binary (give the kubelet's pid file)".into(),
+            ));
+        };
+        let Some(argv) = self.node.cmdline(pid) else {
+            return Err(Preflight::Refused(format!(
+                "cannot read the command line of the kubelet (pid {pid})"
+            )));
+        };
+        let mut args: Vec<String> = argv.into_iter().skip(1).collect();
+        args.push("--version".into());
+        let (ok, out) = self
+            .node
+            .run_binary(new, &args)
+            .map_err(|e| Preflight::Refused(format!("{}: {e}", new.display())))?;
+        if !ok {
+            return Err(Preflight::Refused(format!(
+                "the new kubelet {} does not accept this node's kubelet command line (it would not start): {}",
+                new.display(),
+                out.trim()
+            )));
+        }
+        self.state.notes.push(format!(
+            "the new kubelet accepts the running kubelet's {} argument(s)",
+            args.len() - 1
+        ));
+        Ok(())
+    }
+
+    fn check_backup_room(&mut self, plan: &Plan) -> Result<(), Preflight> {
+        let mut need: u64 = 1 << 20;
+        need += backup_estimate(self.store, plan);
+        if self.opts.new_kubelet.is_some() {
+            need += std::fs::metadata(&self.opts.kubelet_path)
+                .map(|m| m.len())
+                .unwrap_or(0);
+        }
+        let Some(free) = free_bytes(&self.opts.backup_dir) else {
+            return Err(Preflight::Refused(format!(
+                "cannot tell the free space for the backup at {}",
+                self.opts.backup_dir.display()
+            )));
+        };
+        self.state.notes.push(format!(
+            "backup needs about {} KiB, {} KiB free",
+            need / 1024,
+            free / 1024
+        ));
+        if free < need {
+            return Err(Preflight::Refused(format!(
+                "no room for the backup at {}: about {} KiB needed, {} KiB free",
+                self.opts.backup_dir.display(),
+                need / 1024,
+                free / 1024
+            )));
+        }
+        Ok(())
+    }
+
+    /// The kubelet-down window: the services' stop and start times (measured by earlier runs
+    /// in the state file, else the defaults) plus our own steps, scaled from this node's plan:
+    /// backup and rewrite and read-back cost about as much again as the plan's scan, and the
+    /// window plans once more.
+    fn predicted_window(&self, plan: &Plan) -> Duration {
+        let m = &self.state.measured;
+        let ours = Duration::from_secs_f64(plan.timings.total_ms.max(1.0) * 3.0 / 1e3);
+        let binary = if self.opts.new_kubelet.is_some() {
+            Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        };
+        m.stop_kubelet(DEFAULT_STOP_KUBELET)
+            + m.stop_runtime(DEFAULT_STOP_RUNTIME)
+            + m.start_runtime(DEFAULT_START_RUNTIME)
+            + m.kubelet_healthy(DEFAULT_KUBELET_HEALTHY)
+            + ours
+            + binary
+    }
+
+    // ------------------------------------------------------------------------------------
+    // the window
+    // ------------------------------------------------------------------------------------
+
+    fn deadline(&self) -> Instant {
+        self.kubelet_down.unwrap_or_else(Instant::now) + self.budget
+    }
+
+    fn window(&mut self) -> Result<(), (Step, StepError)> {
+        let at = |s: Step| move |e: StepError| (s, e);
+        self.step(Step::StopKubelet, |r| r.stop_kubelet())
+            .map_err(at(Step::StopKubelet))?;
+        self.step(Step::StopRuntime, |r| r.stop_runtime(false))
+            .map_err(at(Step::StopRuntime))?;
+        self.step(Step::CheckContainers, |r| r.check_containers())
+            .map_err(at(Step::CheckContainers))?;
+        self.step(Step::Patch, |r| r.patch())
+            .map_err(at(Step::Patch))?;
+        self.forward()
+    }
+
+    /// From a complete, read-back patch to a healthy new kubelet.
+    fn forward(&mut self) -> Result<(), (Step, StepError)> {
+        let at = |s: Step| move |e: StepError| (s, e);
+        if self.opts.new_kubelet.is_some() && !self.state.done.binary_installed {
+            self.step(Step::InstallKubelet, |r| r.install_kubelet())
+                .map_err(at(Step::InstallKubelet))?;
+        }
+        if !self.state.done.runtime_up {
+            self.step(Step::StartRuntime, |r| r.start_runtime(false))
+                .map_err(at(Step::StartRuntime))?;
+        }
+        self.step(Step::VerifyLive, |r| r.verify_live())
+            .map_err(at(Step::VerifyLive))?;
+        if !self.state.done.kubelet_up {
+            self.step(Step::StartKubelet, |r| r.start_kubelet())
+                .map_err(at(Step::StartKubelet))?;
+        }
+        self.step(Step::WaitHealthy, |r| r.wait_healthy(false))
+            .map_err(at(Step::WaitHealthy))?;
+        Ok(())
+    }
+
+    fn stop_kubelet(&mut self) -> Result<(), StepError> {
+        let pid = self.node.kubelet_pid();
+        self.kubelet_down = Some(Instant::now());
+        self.state.kubelet_stopped_unix_ms = Some(state::unix_ms());
+        self.state.done.kubelet_up = false;
+        self.save();
+        self.node.stop_kubelet()?;
+        if let Some(pid) = pid {
+            let deadline = self.deadline();
+            wait_until(deadline, || !self.node.pid_alive(pid)).map_err(|_| {
+                StepError(format!(
+                    "the kubelet (pid {pid}) is still running after its stop command"
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn stop_runtime(&mut self, undo: bool) -> Result<(), StepError> {
+        if self.runtime_down.is_none() {
+            self.runtime_down = Some(Instant::now());
+            self.state.runtime_stopped_unix_ms = Some(state::unix_ms());
+        }
+        self.state.done.runtime_up = false;
+        self.save();
+        self.node.stop_runtime()?;
+        let deadline = if undo {
+            Instant::now() + ROLLBACK_WAIT
+        } else {
+            self.deadline()
+        };
+        let mut last = None;
+        wait_until(deadline, || match self.store.ensure_stopped() {
+            Ok(()) => true,
+            Err(e) => {
+                last = Some(e.to_string());
+                false
+            }
+        })
+        .map_err(|_| {
+            StepError(format!(
+                "the runtime did not release its store after its stop command: {}",
+                last.unwrap_or_default()
+            ))
+        })
+    }
+
+    fn check_containers(&mut self) -> Result<(), StepError> {
+        let dead: Vec<String> = self
+            .kept_pids
+            .iter()
+            .filter(|(_, pid)| !self.node.pid_alive(*pid))
+            .map(|(id, pid)| format!("{id} (pid {pid})"))
+            .collect();
+        if dead.is_empty() {
+            return Ok(());
+        }
+        Err(StepError(format!(
+            "stopping the runtime killed {} container(s): {}; nothing was written (the runtime's unit kills its containers on stop: set KillMode=process, or Docker's live-restore)",
+            dead.len(),
+            first_few(&dead)
+        )))
+    }
+
+    fn store_backup_dir(&self) -> PathBuf {
+        self.opts.backup_dir.join("store")
+    }
+
+    fn patch(&mut self) -> Result<(), StepError> {
+        // Planned again from the stopped store: the runtime may have changed it meanwhile.
+        let plan = Plan::build_with(
+            &self.opts.pods,
+            self.store,
+            self.opts.from,
+            self.opts.to,
+            &self.opts.node_files,
+        )?;
+        if plan.summary.would_restart_after_rewrite > self.preflight_restarts
+            && !self.opts.accept_restarts
+        {
+            return Err(StepError(format!(
+                "the store changed since the preflight: {}",
+                plan.summary.sentence
+            )));
+        }
+        storepatch::atomic::create_dir_all_private(&self.opts.backup_dir)?;
+        let mut backup = BackupOptions::new(self.store_backup_dir());
+        backup.set_aside_checkpoints = self.opts.set_aside_checkpoints;
+        self.state.done.patch_started = true;
+        self.save();
+        let done = crate::patch::patch(&plan, self.store, &backup, &crate::progress::Silent)?;
+        self.state.done.patched = true;
+        self.state.store_backup_dir = done.backup_dir.as_ref().map(|d| d.display().to_string());
+        self.state.rewritten = done.changed;
+        self.state.summary = Some(done.report.summary.clone());
+        // verify --live needs the report even when nothing was rewritten: keep it beside the
+        // state (the backup has its own copy when there is a backup).
+        let report_path = self.opts.backup_dir.join("report.json");
+        storepatch::atomic::replace_file(
+            &report_path,
+            &done.report.to_json(),
+            storepatch::atomic::FileMeta::private(),
+        )?;
+        self.state.report = Some(report_path.display().to_string());
+        Ok(())
+    }
+
+    fn kubelet_backup_path(&self) -> PathBuf {
+        self.opts.backup_dir.join("kubelet").join("kubelet")
+    }
+
+    fn install_kubelet(&mut self) -> Result<(), StepError> {
+        let new = self
+            .opts
+            .new_kubelet
+            .as_ref()
+            .expect("only called with a new kubelet");
+        let path = &self.opts.kubelet_path;
+        let backup = self.kubelet_backup_path();
+        if self.state.kubelet_backup.is_none() {
+            storepatch::atomic::create_dir_all_private(backup.parent().expect("has a parent"))?;
+            let saved = save_binary(path, &backup)?;
+            self.state.kubelet_backup = Some(saved);
+            self.save();
+        }
+        self.state.done.binary_install_started = true;
+        self.save();
+        let (bytes, _) = storepatch::atomic::read_regular_nofollow(new)
+            .map_err(|e| StepError(format!("the new kubelet {}: {e}", new.display())))?;
+        install_file(path, &bytes, 0o755)?;
+        self.state.done.binary_installed = true;
+        Ok(())
+    }
+
+    fn start_runtime(&mut self, undo: bool) -> Result<(), StepError> {
+        let kind = self.store.kind();
+        let endpoint = self.endpoint();
+        // A runtime that already answers (a killed run started it) is not started twice.
+        if !self.node.runtime_answers(kind, &endpoint) {
+            self.node.start_runtime()?;
+        }
+        self.state.done.runtime_up = true;
+        self.save();
+        let deadline = if undo {
+            Instant::now() + ROLLBACK_WAIT
+        } else {
+            self.deadline()
+        };
+        wait_until(deadline, || self.node.runtime_answers(kind, &endpoint)).map_err(|_| {
+            StepError(format!(
+                "the runtime does not answer at {endpoint} after its start command"
+            ))
+        })?;
+        if let Some(t) = self.runtime_down.take() {
+            self.state.runtime_down_ms = Some(ms(t.elapsed()));
+        }
+        Ok(())
+    }
+
+    fn verify_live(&mut self) -> Result<(), StepError> {
+        let path = self
+            .state
+            .report
+            .clone()
+            .ok_or_else(|| StepError("no patch report to verify".into()))?;
+        let bytes = std::fs::read(&path).map_err(|e| StepError(format!("{path}: {e}")))?;
+        let report = Plan::from_json(&bytes)?;
+        if report.rewrites().is_empty() {
+            self.state
+                .notes
+                .push("nothing was rewritten: nothing to verify live".into());
+            return Ok(());
+        }
+        let v = self
+            .node
+            .verify_live(&report, self.opts.endpoint.as_deref())?;
+        if !v.ok() {
+            let p: Vec<String> = v.problems.iter().map(|p| p.to_string()).collect();
+            return Err(StepError(format!("verify --live: {}", p.join("; "))));
+        }
+        self.state.verified_live = Some(v.checked);
+        Ok(())
+    }
+
+    fn start_kubelet(&mut self) -> Result<(), StepError> {
+        // A kubelet that already answers (a killed run started it, or its stop did not take)
+        // is not started twice.
+        if !self.node.healthy(&self.opts.healthz) {
+            self.node.start_kubelet()?;
+        }
+        self.state.done.kubelet_up = true;
+        self.save();
+        Ok(())
+    }
+
+    fn wait_healthy(&mut self, undo: bool) -> Result<(), StepError> {
+        let deadline = if undo {
+            Instant::now() + ROLLBACK_WAIT
+        } else {
+            self.deadline()
+        };
+        let url = self.opts.healthz.clone();
+        let interrupt = self.opts.interrupt;
+        let mut interrupted = false;
+        let ok = wait_until(deadline, || {
+            if !undo && interrupt.load(Ordering::SeqCst) {
+                interrupted = true;
+                return true;
+            }
+            self.node.healthy(&url)
+        });
+        if interrupted {
+            return Err(StepError(
+                "interrupted (SIGINT/SIGTERM): going back to a safe state".into(),
+            ));
+        }
+        ok.map_err(|_| {
+            StepError(if undo {
+                format!(
+                    "the kubelet is not healthy at {url} within {} s",
+                    ROLLBACK_WAIT.as_secs()
+                )
+            } else {
+                format!(
+                    "the kubelet is not healthy at {url} within the budget of {:.0} s",
+                    self.budget.as_secs_f64()
+                )
+            })
+        })?;
+        if let Some(t) = self.kubelet_down.take() {
+            self.state.kubelet_down_ms = Some(ms(t.elapsed()));
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------------------------
+    // a killed run, and going back
+    // ------------------------------------------------------------------------------------
+
+    fn finish_interrupted_run(&mut self) -> UpgradeReport {
+        self.state.notes.push(format!(
+            "run {} found this state unfinished (killed?) and finished it",
+            std::process::id()
+        ));
+        if self.state.done.patched && self.state.report.is_some() {
+            self.state.phase = Phase::Window;
+            self.save();
+            match self.forward() {
+                Ok(()) => self.finish_done(),
+                Err((step, e)) => self.roll_back(step, e.0, false),
+            }
+        } else {
+            let step = self.state.last_step();
+            self.roll_back(
+                step,
+                "an earlier run was killed mid-window before its patch was complete; rolled back"
+                    .into(),
+                false,
+            )
+        }
+    }
+
+    /// Undoes whatever the state says was done, and starts the runtime and the old kubelet.
+    /// `explicit`: asked for by `rollback --state`.
+    fn roll_back(&mut self, step: Step, cause: String, explicit: bool) -> UpgradeReport {
+        if self.state.failure.is_none() || !explicit {
+            self.state.failure = Some(StepFailure {
+                step,
+                cause: cause.clone(),
+            });
+        }
+        self.state.phase = Phase::RollingBack;
+        self.kubelet_down.get_or_insert_with(Instant::now);
+        self.save();
+        let mut errors: Vec<String> = Vec::new();
+        let wrote = self.state.done.patch_started || self.state.done.binary_install_started;
+        // 1. the new kubelet must not run on the old store
+        if self.state.done.kubelet_up && wrote {
+            if let Err(e) = self.step(Step::UndoStopKubelet, |r| r.stop_kubelet()) {
+                errors.push(format!("stopping the kubelet: {}", e.0));
+            }
+        }
+        // 2. the store, with the runtime stopped
+        let store_backup = self.store_backup_dir();
+        let has_backup = store_backup
+            .join(storepatch::backup::MANIFEST_NAME)
+            .is_file();
+        if has_backup {
+            let mut stopped = true;
+            if self.state.done.runtime_up {
+                if let Err(e) = self.step(Step::UndoStopRuntime, |r| r.stop_runtime(true)) {
+                    errors.push(format!("stopping the runtime: {}", e.0));
+                    stopped = false;
+                }
+            }
+            if stopped {
+                if let Err(e) = self.step(Step::UndoStore, |r| r.undo_store()) {
+                    errors.push(format!("restoring the store: {}", e.0));
+                }
+            }
+        }
+        // 3. the old kubelet binary
+        if self.state.kubelet_backup.is_some() && self.state.done.binary_install_started {
+            if let Err(e) = self.step(Step::UndoKubeletBinary, |r| r.undo_binary()) {
+                errors.push(format!("restoring the kubelet binary: {}", e.0));
+            }
+        }
+        // 4. the runtime and the old kubelet run again, whatever failed above
+        if !self.state.done.runtime_up {
+            if let Err(e) = self.step(Step::UndoStartRuntime, |r| r.start_runtime(true)) {
+                errors.push(format!("starting the runtime: {}", e.0));
+            }
+        }
+        let mut kubelet_started = true;
+        if !self.state.done.kubelet_up {
+            if let Err(e) = self.step(Step::UndoStartKubelet, |r| r.start_kubelet()) {
+                errors.push(format!("starting the kubelet: {}", e.0));
+                kubelet_started = false;
+            }
+        }
+        if kubelet_started {
+            if let Err(e) = self.step(Step::UndoWaitHealthy, |r| r.wait_healthy(true)) {
+                errors.push(format!("the old kubelet: {}", e.0));
+            }
+        }
+        self.kubelet_down = None;
+        self.runtime_down = None;
+        self.state.measured = Measured::from_steps(&self.state.steps, &self.state.measured);
+        if errors.is_empty() {
+            self.state.phase = Phase::RolledBack;
+            self.save();
+            self.report(UpgradeResult::RolledBack { step, cause })
+        } else {
+            self.state.phase = Phase::Failed;
+            self.state.rollback_errors = errors.clone();
+            self.save();
+            self.report(UpgradeResult::Failed {
+                step,
+                cause: format!("{cause}; and while going back: {}", errors.join("; ")),
+            })
+        }
+    }
+
+    fn undo_store(&mut self) -> Result<(), StepError> {
+        let dir = self.store_backup_dir();
+        // Byte rollback first; a runtime that has run since rewrote its store (containerd
+        // commits to meta.db at every start), and then the values go back instead.
+        let accept_unrecorded = self.resumed && !self.state.done.patched;
+        match crate::rollback::rollback(&dir, &self.opts.location, accept_unrecorded) {
+            Ok(_) => {
+                self.state.store_restored = Some("bytes".into());
+                Ok(())
+            }
+            Err(Error::RollbackConflict { .. }) if dir.join("report.json").is_file() => {
+                crate::rollback::rollback_values(&dir, self.store)?;
+                self.state.store_restored = Some("values".into());
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn undo_binary(&mut self) -> Result<(), StepError> {
+        let saved = self
+            .state
+            .kubelet_backup
+            .clone()
+            .expect("checked by the caller");
+        restore_binary(&saved, &self.opts.kubelet_path)?;
+        self.state.done.binary_installed = false;
+        self.state.done.binary_install_started = false;
+        Ok(())
+    }
+}
+
+enum Preflight {
+    Usage(Error),
+    Refused(String),
+    Restarts(String),
+}
+
+impl std::convert::From<Error> for Preflight {
+    fn from(e: Error) -> Self {
+        match e.class() {
+            crate::ErrorClass::Refused => Preflight::Refused(e.to_string()),
+            _ => Preflight::Usage(e),
+        }
+    }
+}
+
+/// The containers that must outlive the window: every record the runtime says runs (pod
+/// status, or a recorded pid when the status does not list it) whose hash is kept.
+fn kept_pids(plan: &Plan) -> Vec<(String, u32)> {
+    use crate::plan::Action;
+    plan.records
+        .iter()
+        .filter(|r| matches!(r.action, Action::Rewrite | Action::Unchanged))
+        .filter(|r| match r.state {
+            Some(s) => s == ContainerState::Running,
+            None => true,
+        })
+        .filter_map(|r| r.pid.filter(|p| *p > 0).map(|p| (r.id.clone(), p)))
+        .collect()
+}
+
+/// About how many bytes the store's backup takes: containerd copies meta.db whole, the other
+/// runtimes one small document per rewritten container.
+fn backup_estimate(store: &dyn RuntimeStore, plan: &Plan) -> u64 {
+    let db = store.root().join("io.containerd.metadata.v1.bolt/meta.db");
+    if store.kind() == RuntimeKind::Containerd {
+        return std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
+    }
+    plan.rewrites().len() as u64 * 64 * 1024
+}
+
+/// Free bytes on the file system `path` (or its nearest existing parent) is on.
+fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut p = path;
+    while !p.exists() {
+        p = p.parent()?;
+    }
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    Some(s.f_bavail as u64 * s.f_frsize as u64)
+}
+
+/// `v1.31.2` (or `1.31`) in what `kubelet --version` printed: `Kubernetes v1.31.2`.
+fn version_in(out: &str) -> Option<(u32, u32)> {
+    out.split_whitespace().find_map(|w| {
+        let w = w.trim_start_matches('v');
+        let mut it = w.split('.');
+        let major = it.next()?.parse().ok()?;
+        let minor: String = it
+            .next()?
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        Some((major, minor.parse().ok()?))
+    })
+}
+
+/// The first few of a long list, and how many more.
+fn first_few(items: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > SHOWN {
+        s.push_str(&format!(" and {} more", items.len() - SHOWN));
+    }
+    s
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Polls `done` every 50 ms until it holds (`Ok`) or `deadline` passes (`Err`).
+fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> Result<(), ()> {
+    loop {
+        if done() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temp in the same directory, fsync, rename, directory
+/// fsync), mode `mode`, owned by root as binaries are; a symbolic link at `path` is replaced.
+fn install_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StoreError> {
+    let meta = storepatch::atomic::FileMeta {
+        mode,
+        ..storepatch::atomic::FileMeta::private()
+    };
+    storepatch::atomic::replace_file(path, bytes, meta)
+}
+
+/// Saves the installed kubelet at `path` into `backup`: a regular file is copied (mode and
+/// owner kept), a symbolic link is recorded as its target. Returns what the state records:
+/// `file:<backup>` or `symlink:<target>`.
+fn save_binary(path: &Path, backup: &Path) -> Result<String, StoreError> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| StoreError::io(path, e))?;
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(path).map_err(|e| StoreError::io(path, e))?;
+        return Ok(format!("symlink:{}", target.display()));
+    }
+    let (bytes, fmeta) = storepatch::atomic::read_regular_nofollow(path)?;
+    storepatch::atomic::replace_file(backup, &bytes, fmeta)?;
+    Ok(format!("file:{}", backup.display()))
+}
+
+fn restore_binary(saved: &str, path: &Path) -> Result<(), StoreError> {
+    if let Some(target) = saved.strip_prefix("symlink:") {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let tmp = dir.join(format!(
+            ".{}.kubelet-rehash-{}",
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp).map_err(|e| StoreError::io(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
+        return storepatch::atomic::sync_dir(dir);
+    }
+    let file = saved.strip_prefix("file:").unwrap_or(saved);
+    let (bytes, meta) = storepatch::atomic::read_regular_nofollow(Path::new(file))?;
+    storepatch::atomic::replace_file(path, &bytes, meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_version_output_is_read() {
+        assert_eq!(version_in("Kubernetes v1.31.2\n"), Some((1, 31)));
+        assert_eq!(version_in("Kubernetes v1.32.0-eks-abc"), Some((1, 32)));
+        assert_eq!(version_in("nothing here"), None);
+    }
+
+    #[test]
+    fn budget_grows_at_1_32() {
+        assert_eq!(default_budget("1.31".parse().unwrap()).as_secs(), 40);
+        assert_eq!(default_budget("1.32".parse().unwrap()).as_secs(), 50);
+    }
+}

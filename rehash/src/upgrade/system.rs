@@ -1,0 +1,308 @@
+//! The real node: systemd units (`systemctl stop|start`), or the operator's commands, run with
+//! `sh -c` in a process group of their own (a Ctrl-C at the terminal reaches the upgrade, which
+//! goes back to a safe state, and not a half-run `systemctl`).
+
+use super::NodeControl;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use storepatch::RuntimeKind;
+
+/// The kubelet's health endpoint on a stock node (`healthzBindAddress`:`healthzPort`).
+pub const DEFAULT_HEALTHZ: &str = "http://127.0.0.1:10248/healthz";
+
+/// How long one service command may take before its process group is killed.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Service control and process view of this machine (or of the node mounted at a host root).
+#[derive(Debug, Clone)]
+pub struct SystemNode {
+    /// Shell command that stops the kubelet.
+    pub stop_kubelet: String,
+    /// Shell command that starts the kubelet.
+    pub start_kubelet: String,
+    /// Shell command that stops the runtime.
+    pub stop_runtime: String,
+    /// Shell command that starts the runtime.
+    pub start_runtime: String,
+    /// The runtime's stop command was given by the operator: it is trusted to leave the
+    /// containers running (the test still checks their pids after it).
+    pub runtime_commands_given: bool,
+    /// The runtime's systemd unit (`containerd`, `crio`, `docker`).
+    pub runtime_unit: String,
+    /// Prefix of every systemctl command (`chroot /host ` from a Job that mounts the node).
+    pub systemctl: String,
+    /// The running kubelet's pid file, when it has one.
+    pub kubelet_pidfile: Option<PathBuf>,
+    /// The kubelet's process name (`/proc/PID/comm`) when there is no pid file.
+    pub kubelet_process: String,
+    /// The `/proc` of the node's pid namespace.
+    pub proc_dir: PathBuf,
+}
+
+impl SystemNode {
+    /// systemd's units for `runtime`; `host_root` (a Job's mount of the node's `/`) runs
+    /// `systemctl` chrooted there.
+    pub fn systemd(runtime: RuntimeKind, host_root: Option<&Path>) -> Self {
+        let systemctl = match host_root.filter(|h| *h != Path::new("/")) {
+            Some(h) => format!("chroot {} systemctl", shell_quote(&h.display().to_string())),
+            None => "systemctl".to_string(),
+        };
+        let unit = match runtime {
+            RuntimeKind::Docker => "docker",
+            RuntimeKind::Containerd => "containerd",
+            RuntimeKind::Crio => "crio",
+        }
+        .to_string();
+        SystemNode {
+            stop_kubelet: format!("{systemctl} stop kubelet"),
+            start_kubelet: format!("{systemctl} start kubelet"),
+            stop_runtime: format!("{systemctl} stop {unit}"),
+            start_runtime: format!("{systemctl} start {unit}"),
+            runtime_commands_given: false,
+            runtime_unit: unit,
+            systemctl,
+            kubelet_pidfile: None,
+            kubelet_process: "kubelet".into(),
+            proc_dir: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// `s` as one single-quoted shell word.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Runs `sh -c cmd` in its own process group; its output is kept for the error message.
+fn run_shell(cmd: &str) -> Result<(), String> {
+    let (ok, out) = run_captured(Command::new("sh").arg("-c").arg(cmd), COMMAND_TIMEOUT)
+        .map_err(|e| format!("`{cmd}`: {e}"))?;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("`{cmd}` failed: {}", out.trim()))
+    }
+}
+
+/// Runs `cmd` (stdin closed, both output streams captured into one) in a process group of its
+/// own, killing the group after `timeout`.
+fn run_captured(cmd: &mut Command, timeout: Duration) -> Result<(bool, String), String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    // A daemon started in the background keeps the pipes open: read them on threads, in
+    // chunks, and take what arrived when the command itself has exited.
+    let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let readers: [Box<dyn Read + Send>; 2] = [
+        Box::new(child.stdout.take().expect("piped")),
+        Box::new(child.stderr.take().expect("piped")),
+    ];
+    for mut r in readers {
+        let out = out.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                out.lock()
+                    .expect("not poisoned")
+                    .extend_from_slice(&buf[..n]);
+            }
+        });
+    }
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            break st;
+        }
+        if Instant::now() > deadline {
+            // SAFETY: kill(2) of the process group this child leads.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            return Err(format!(
+                "did not finish within {} s; killed",
+                timeout.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(30));
+    let out = out.lock().expect("not poisoned").clone();
+    Ok((status.success(), String::from_utf8_lossy(&out).into_owned()))
+}
+
+impl NodeControl for SystemNode {
+    fn stop_kubelet(&self) -> Result<(), String> {
+        run_shell(&self.stop_kubelet)
+    }
+    fn start_kubelet(&self) -> Result<(), String> {
+        run_shell(&self.start_kubelet)
+    }
+    fn stop_runtime(&self) -> Result<(), String> {
+        run_shell(&self.stop_runtime)
+    }
+    fn start_runtime(&self) -> Result<(), String> {
+        run_shell(&self.start_runtime)
+    }
+
+    fn runtime_keeps_containers(
+        &self,
+        kind: RuntimeKind,
+        endpoint: &str,
+    ) -> Result<String, String> {
+        if kind == RuntimeKind::Docker {
+            // Whatever stops dockerd, only live-restore keeps the containers.
+            let socket = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+            let c = storepatch::live::docker::DockerClient::new(socket)
+                .with_timeout(Duration::from_secs(10));
+            let info: serde_json::Value = c.call("GET", "/info", None).map_err(|e| {
+                format!("cannot ask dockerd at {endpoint} whether live-restore is on: {e}")
+            })?;
+            return match info.get("LiveRestoreEnabled").and_then(|v| v.as_bool()) {
+                Some(true) => Ok("dockerd reports LiveRestoreEnabled".into()),
+                _ => Err("dockerd runs without live-restore: stopping it kills every container (set \"live-restore\": true in daemon.json and reload dockerd first)".into()),
+            };
+        }
+        if self.runtime_commands_given {
+            return Ok("the runtime's stop command was given (--stop-runtime): trusted, and the containers' pids are checked after it".into());
+        }
+        let cmd = format!("{} show -p KillMode {}", self.systemctl, self.runtime_unit);
+        let (ok, out) = run_captured(Command::new("sh").arg("-c").arg(&cmd), COMMAND_TIMEOUT)
+            .map_err(|e| format!("`{cmd}`: {e}"))?;
+        let mode = out.trim().strip_prefix("KillMode=").map(str::to_string);
+        match (ok, mode.as_deref()) {
+            (true, Some("process" | "none")) => Ok(format!("unit {} has KillMode={}", self.runtime_unit, mode.unwrap_or_default())),
+            (true, Some(m)) => Err(format!(
+                "unit {} has KillMode={m}: stopping it kills every container; give it KillMode=process (a drop-in: [Service] KillMode=process) or pass --stop-runtime",
+                self.runtime_unit
+            )),
+            _ => Err(format!("cannot read the KillMode of unit {} (`{cmd}`: {}); pass --stop-runtime/--start-runtime on nodes without systemd", self.runtime_unit, out.trim())),
+        }
+    }
+
+    fn kubelet_pid(&self) -> Option<u32> {
+        if let Some(f) = &self.kubelet_pidfile {
+            let pid: u32 = std::fs::read_to_string(f).ok()?.trim().parse().ok()?;
+            return self.pid_alive(pid).then_some(pid);
+        }
+        let mut found: Vec<u32> = std::fs::read_dir(&self.proc_dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(self.proc_dir.join(pid.to_string()).join("comm"))
+                    .is_ok_and(|c| c.trim() == self.kubelet_process)
+            })
+            .collect();
+        found.sort();
+        found.first().copied()
+    }
+
+    fn cmdline(&self, pid: u32) -> Option<Vec<String>> {
+        let raw = std::fs::read(self.proc_dir.join(pid.to_string()).join("cmdline")).ok()?;
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        (!args.is_empty()).then_some(args)
+    }
+
+    fn pid_alive(&self, pid: u32) -> bool {
+        // A zombie has exited: only its parent has not reaped it yet.
+        match std::fs::read_to_string(self.proc_dir.join(pid.to_string()).join("stat")) {
+            Ok(s) => s
+                .rfind(')')
+                .and_then(|i| s[i + 1..].split_whitespace().next())
+                .is_some_and(|state| state != "Z" && state != "X"),
+            Err(_) => false,
+        }
+    }
+
+    fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), String> {
+        run_captured(Command::new(binary).args(args), Duration::from_secs(30))
+    }
+
+    fn healthy(&self, url: &str) -> bool {
+        http_ok(url, Duration::from_secs(2))
+    }
+}
+
+/// Whether `GET url` (plain `http://host:port/path`) answers 200.
+pub fn http_ok(url: &str, timeout: Duration) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:80")
+    };
+    let Ok(mut addrs) = std::net::ToSocketAddrs::to_socket_addrs(&addr) else {
+        return false;
+    };
+    let Some(sa) = addrs.next() else {
+        return false;
+    };
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&sa, timeout) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(timeout));
+    let _ = s.set_write_timeout(Some(timeout));
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    text.lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .is_some_and(|code| code == "200")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_are_quoted() {
+        assert_eq!(shell_quote("/host"), "'/host'");
+        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
+    }
+
+    #[test]
+    fn a_command_that_leaves_a_daemon_behind_returns_when_it_exits() {
+        let t0 = Instant::now();
+        let (ok, out) = run_captured(
+            Command::new("sh").arg("-c").arg("sleep 5 & echo started"),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert!(ok);
+        assert!(out.contains("started"), "{out}");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    }
+
+    #[test]
+    fn a_hanging_command_is_killed() {
+        let r = run_captured(
+            Command::new("sh").arg("-c").arg("sleep 30"),
+            Duration::from_millis(300),
+        );
+        assert!(r.unwrap_err().contains("killed"));
+    }
+}

@@ -1,0 +1,661 @@
+//! `rehash::upgrade` through its test seam ([`NodeControl`]): every bundled node type
+//! (containerd 1.6/1.7, Docker 20.10, CRI-O 1.30, real stores copied from real nodes) goes
+//! through the window, and every failure path — each step failing, a SIGINT/SIGTERM at each
+//! step, the tool killed at each step and run again — ends with the runtime and the old kubelet
+//! running, the store and the kubelet binary byte for byte as before, and the right result.
+//!
+//! The services are a fake that records what runs (no runtime runs on these copies: their
+//! running check looks at sockets nobody serves). The new kubelet binary is a real shell
+//! script run by the real `run_binary`, which answers `--version` and rejects a flag the new
+//! version removed, as a real kubelet does. `verify --live` is answered from the store itself
+//! (there is no daemon to ask); cli/tests/upgrade_live.rs asks real daemons.
+
+mod common;
+
+use rehash::upgrade::{NodeControl, Phase, Step, SystemNode, UpgradeOptions, UpgradeResult};
+use rehash::{Error, From, LiveVerification, NodeFiles, Plan};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use storepatch::RuntimeKind;
+
+const KUBELET_PID: u32 = 4_000_000;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fault {
+    None,
+    Fail(Step),
+    Signal(Step),
+    Kill(Step),
+}
+
+struct FakeNode {
+    kubelet_up: Cell<bool>,
+    runtime_up: Cell<bool>,
+    fault: Cell<Fault>,
+    /// Stopping the runtime kills the containers (KillMode=control-group).
+    runtime_stop_kills: bool,
+    containers_dead: Cell<bool>,
+    /// The kubelet that runs never becomes healthy (its start "works", its endpoint never
+    /// answers).
+    never_healthy: Cell<bool>,
+    /// The next kubelet started is such a one.
+    sick_next_start: Cell<bool>,
+    /// Start commands fail (a broken unit): going back cannot complete.
+    starts_fail: Cell<bool>,
+    kubelet_args: Vec<String>,
+    calls: RefCell<Vec<String>>,
+    interrupt: &'static AtomicBool,
+    real: SystemNode,
+}
+
+impl FakeNode {
+    fn new(interrupt: &'static AtomicBool) -> Self {
+        FakeNode {
+            kubelet_up: Cell::new(true),
+            runtime_up: Cell::new(true),
+            fault: Cell::new(Fault::None),
+            runtime_stop_kills: false,
+            containers_dead: Cell::new(false),
+            never_healthy: Cell::new(false),
+            sick_next_start: Cell::new(false),
+            starts_fail: Cell::new(false),
+            kubelet_args: vec![
+                "/usr/bin/kubelet".into(),
+                "--config=/var/lib/kubelet/config.yaml".into(),
+                "--container-runtime-endpoint=unix:///run/containerd/containerd.sock".into(),
+            ],
+            calls: RefCell::new(Vec::new()),
+            interrupt,
+            real: SystemNode::systemd(RuntimeKind::Containerd, None),
+        }
+    }
+    fn call(&self, c: &str) {
+        self.calls.borrow_mut().push(c.to_string());
+    }
+    fn safe(&self) -> bool {
+        self.kubelet_up.get() && self.runtime_up.get()
+    }
+}
+
+impl NodeControl for FakeNode {
+    fn stop_kubelet(&self) -> Result<(), String> {
+        self.call("stop-kubelet");
+        self.kubelet_up.set(false);
+        Ok(())
+    }
+    fn start_kubelet(&self) -> Result<(), String> {
+        self.call("start-kubelet");
+        if self.starts_fail.get() {
+            return Err("unit kubelet failed".into());
+        }
+        self.kubelet_up.set(true);
+        self.never_healthy.set(self.sick_next_start.replace(false));
+        Ok(())
+    }
+    fn stop_runtime(&self) -> Result<(), String> {
+        self.call("stop-runtime");
+        self.runtime_up.set(false);
+        if self.runtime_stop_kills {
+            self.containers_dead.set(true);
+        }
+        Ok(())
+    }
+    fn start_runtime(&self) -> Result<(), String> {
+        self.call("start-runtime");
+        if self.starts_fail.get() {
+            return Err("unit runtime failed".into());
+        }
+        self.runtime_up.set(true);
+        Ok(())
+    }
+    fn runtime_keeps_containers(&self, _: RuntimeKind, _: &str) -> Result<String, String> {
+        Ok("fake unit: KillMode=process".into())
+    }
+    fn kubelet_pid(&self) -> Option<u32> {
+        self.kubelet_up.get().then_some(KUBELET_PID)
+    }
+    fn cmdline(&self, pid: u32) -> Option<Vec<String>> {
+        (pid == KUBELET_PID).then(|| self.kubelet_args.clone())
+    }
+    fn pid_alive(&self, pid: u32) -> bool {
+        if pid == KUBELET_PID {
+            return self.kubelet_up.get();
+        }
+        !self.containers_dead.get()
+    }
+    fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), String> {
+        self.real.run_binary(binary, args)
+    }
+    fn healthy(&self, _: &str) -> bool {
+        self.kubelet_up.get() && !self.never_healthy.get()
+    }
+    fn runtime_answers(&self, _: RuntimeKind, _: &str) -> bool {
+        self.runtime_up.get()
+    }
+    fn verify_live(&self, report: &Plan, _: Option<&str>) -> Result<LiveVerification, Error> {
+        assert!(self.runtime_up.get(), "verify --live with the runtime down");
+        // What the runtime would serve is what its store holds.
+        Ok(LiveVerification {
+            endpoint: "fake".into(),
+            checked: report.rewrites().len(),
+            problems: Vec::new(),
+        })
+    }
+    fn before(&self, step: Step) -> Result<(), String> {
+        match self.fault.get() {
+            Fault::Fail(s) if s == step => Err(format!("injected failure at {step:?}")),
+            Fault::Signal(s) if s == step => {
+                self.interrupt.store(true, Ordering::SeqCst);
+                Ok(())
+            }
+            Fault::Kill(s) if s == step => {
+                // The process dies here: nothing after this point runs, the state file stays
+                // as it was last written.
+                std::panic::panic_any(Killed);
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+struct Killed;
+
+fn flag() -> &'static AtomicBool {
+    Box::leak(Box::new(AtomicBool::new(false)))
+}
+
+struct Setup {
+    node: common::Node,
+    pods: Vec<u8>,
+    kubelet: PathBuf,
+    new_kubelet: PathBuf,
+    state: PathBuf,
+    backup: PathBuf,
+    to: rehash::Version,
+}
+
+const OLD_KUBELET: &[u8] = b"#!/bin/sh\necho Kubernetes v1.30.9\n";
+
+fn new_kubelet_script(version: &str) -> String {
+    // Parses every flag before it answers --version, as the kubelet does; 1.31 has no
+    // --network-plugin (removed in 1.24) to accept.
+    format!(
+        "#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in --network-plugin*) echo \"Error: unknown flag: --network-plugin\" >&2; exit 1;; esac; done\necho Kubernetes v{version}\n"
+    )
+}
+
+fn setup(fixture: &str, to: &str) -> Setup {
+    let node = common::node(fixture);
+    let pods = std::fs::read(node.dir.join("pods.json")).unwrap();
+    let bin = node.tmp.path().join("usr/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let kubelet = bin.join("kubelet");
+    std::fs::write(&kubelet, OLD_KUBELET).unwrap();
+    std::fs::set_permissions(&kubelet, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let new_kubelet = node.tmp.path().join("kubelet-new");
+    std::fs::write(&new_kubelet, new_kubelet_script(&format!("{to}.0"))).unwrap();
+    std::fs::set_permissions(&new_kubelet, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = node.tmp.path().join("state/upgrade.json");
+    let backup = node.tmp.path().join("backup");
+    Setup {
+        pods,
+        kubelet,
+        new_kubelet,
+        state,
+        backup,
+        to: to.parse().unwrap(),
+        node,
+    }
+}
+
+fn options(s: &Setup, interrupt: &'static AtomicBool) -> UpgradeOptions {
+    UpgradeOptions {
+        pods: s.pods.clone(),
+        from: From::Auto,
+        to: s.to,
+        location: s.node.location.clone(),
+        node_files: NodeFiles::default(),
+        backup_dir: s.backup.clone(),
+        set_aside_checkpoints: false,
+        kubelet_path: s.kubelet.clone(),
+        new_kubelet: Some(s.new_kubelet.clone()),
+        budget: None,
+        state_path: s.state.clone(),
+        healthz: "http://fake/healthz".into(),
+        accept_restarts: true,
+        endpoint: None,
+        interrupt,
+    }
+}
+
+/// The store's files and the kubelet binary, by bytes.
+fn snapshot(s: &Setup) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut m = common::snapshot(&s.node.dir);
+    m.insert(s.kubelet.clone(), std::fs::read(&s.kubelet).unwrap());
+    m
+}
+
+fn assert_same(before: &BTreeMap<PathBuf, Vec<u8>>, s: &Setup, what: &str) {
+    let after = snapshot(s);
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "{what}: the set of files changed"
+    );
+    for (p, b) in before {
+        assert!(after[p] == *b, "{what}: {} changed", p.display());
+    }
+}
+
+fn pending(s: &Setup) -> usize {
+    let store = s.node.location.open().unwrap();
+    let plan = Plan::build(&s.pods, store.as_ref(), From::Auto, s.to).unwrap();
+    rehash::verify(&plan).pending.len()
+}
+
+const WINDOW: [Step; 9] = [
+    Step::StopKubelet,
+    Step::StopRuntime,
+    Step::CheckContainers,
+    Step::Patch,
+    Step::InstallKubelet,
+    Step::StartRuntime,
+    Step::VerifyLive,
+    Step::StartKubelet,
+    Step::WaitHealthy,
+];
+
+fn check_done(s: &Setup, fake: &FakeNode, r: &rehash::UpgradeReport, what: &str) {
+    assert_eq!(r.result, UpgradeResult::Done, "{what}: {:#?}", r.state);
+    assert!(fake.safe(), "{what}: kubelet and runtime run");
+    assert_eq!(
+        pending(s),
+        0,
+        "{what}: every proven container holds its target"
+    );
+    assert_eq!(
+        std::fs::read(&s.kubelet).unwrap(),
+        std::fs::read(&s.new_kubelet).unwrap(),
+        "{what}: the new kubelet is installed"
+    );
+    assert_eq!(
+        std::fs::read(s.backup.join("kubelet/kubelet")).unwrap(),
+        OLD_KUBELET,
+        "{what}: the old kubelet is kept in the backup"
+    );
+    let on_disk = rehash::UpgradeState::read(&s.state).unwrap().unwrap();
+    assert_eq!(on_disk.phase, Phase::Done);
+    assert!(on_disk.kubelet_down_ms.is_some() && on_disk.runtime_down_ms.is_some());
+}
+
+#[test]
+fn every_bundled_node_type_goes_through_the_window() {
+    for (fixture, to) in [
+        ("containerd-1.6", "1.31"),
+        ("containerd-1.7", "1.31"),
+        ("docker-20.10", "1.31"),
+        ("crio-1.30", "1.31"),
+    ] {
+        let s = setup(fixture, to);
+        let before = pending(&s);
+        assert!(before > 0, "{fixture}: something to rewrite");
+        let interrupt = flag();
+        let fake = FakeNode::new(interrupt);
+        let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+        check_done(&s, &fake, &r, fixture);
+        let steps: Vec<Step> = r.state.steps.iter().map(|x| x.step).collect();
+        let mut want = vec![Step::Preflight];
+        want.extend(WINDOW);
+        assert_eq!(steps, want, "{fixture}");
+        assert_eq!(
+            *fake.calls.borrow(),
+            [
+                "stop-kubelet",
+                "stop-runtime",
+                "start-runtime",
+                "start-kubelet"
+            ],
+            "{fixture}"
+        );
+        assert!(r.state.rewritten > 0);
+        eprintln!(
+            "{fixture} → {to}: {} rewritten; kubelet down {:.0} ms, runtime down {:.0} ms (fake services); steps: {}",
+            r.state.rewritten,
+            r.state.kubelet_down_ms.unwrap(),
+            r.state.runtime_down_ms.unwrap(),
+            r.state
+                .steps
+                .iter()
+                .map(|x| format!("{:?} {:.1} ms", x.step, x.duration_ms.unwrap()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}
+
+#[test]
+fn each_step_failing_rolls_back_to_the_old_node() {
+    for step in WINDOW {
+        for fixture in ["containerd-1.7", "docker-20.10"] {
+            let s = setup(fixture, "1.31");
+            let before = snapshot(&s);
+            let interrupt = flag();
+            let fake = FakeNode::new(interrupt);
+            fake.fault.set(Fault::Fail(step));
+            let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+            let what = format!("{fixture}, {step:?} fails");
+            match &r.result {
+                UpgradeResult::RolledBack { step: at, cause } => {
+                    assert_eq!(*at, step, "{what}");
+                    assert!(cause.contains("injected"), "{what}: {cause}");
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+            assert!(fake.safe(), "{what}: kubelet and runtime run");
+            assert_same(&before, &s, &what);
+            assert_eq!(r.state.phase, Phase::RolledBack, "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_signal_at_each_step_goes_back_to_a_safe_state() {
+    for step in WINDOW {
+        let s = setup("containerd-1.7", "1.31");
+        let before = snapshot(&s);
+        let interrupt = flag();
+        let fake = FakeNode::new(interrupt);
+        fake.fault.set(Fault::Signal(step));
+        let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+        let what = format!("signal at {step:?}");
+        match &r.result {
+            UpgradeResult::RolledBack { cause, .. } => {
+                assert!(cause.contains("interrupted"), "{what}: {cause}")
+            }
+            // A signal during the last step, once the kubelet answered, finds nothing left
+            // to do: the node is upgraded and safe.
+            UpgradeResult::Done => {
+                assert_eq!(step, Step::WaitHealthy, "{what}");
+                assert!(fake.safe());
+                continue;
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        assert!(fake.safe(), "{what}: kubelet and runtime run");
+        assert_same(&before, &s, &what);
+        // A second signal while going back changes nothing: undo steps are never cut short.
+        assert!(interrupt.load(Ordering::SeqCst));
+    }
+}
+
+#[test]
+fn killed_at_each_step_the_next_run_finishes_the_job() {
+    for step in WINDOW {
+        for rerun_with_rollback in [false, true] {
+            let s = setup("containerd-1.7", "1.31");
+            let before = snapshot(&s);
+            let interrupt = flag();
+            let fake = FakeNode::new(interrupt);
+            fake.fault.set(Fault::Kill(step));
+            let opts = options(&s, interrupt);
+            let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rehash::upgrade(&opts, &fake)
+            }));
+            assert!(died.is_err(), "killed at {step:?}");
+            let left = rehash::UpgradeState::read(&s.state).unwrap().unwrap();
+            assert!(left.unfinished(), "{step:?}: {:?}", left.phase);
+            fake.fault.set(Fault::None);
+            let what = format!("killed at {step:?}, rerun with rollback={rerun_with_rollback}");
+            let r = if rerun_with_rollback {
+                rehash::upgrade::rollback_state(
+                    &s.state,
+                    &s.node.location,
+                    "http://fake/healthz",
+                    &fake,
+                    interrupt,
+                )
+                .unwrap()
+            } else {
+                rehash::upgrade(&opts, &fake).unwrap()
+            };
+            assert!(fake.safe(), "{what}: kubelet and runtime run");
+            let patched = step > Step::Patch;
+            if patched && !rerun_with_rollback {
+                check_done(&s, &fake, &r, &what);
+            } else {
+                assert!(
+                    matches!(r.result, UpgradeResult::RolledBack { .. }),
+                    "{what}: {:?}",
+                    r.result
+                );
+                assert_same(&before, &s, &what);
+            }
+            assert_eq!(r.state.resumed_by.len(), 1, "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_runtime_unit_that_kills_its_containers_is_caught_before_anything_is_written() {
+    let s = setup("containerd-1.7", "1.31");
+    let before = snapshot(&s);
+    let interrupt = flag();
+    let mut fake = FakeNode::new(interrupt);
+    fake.runtime_stop_kills = true;
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    match &r.result {
+        UpgradeResult::RolledBack { step, cause } => {
+            assert_eq!(*step, Step::CheckContainers);
+            assert!(cause.contains("nothing was written"), "{cause}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(fake.safe());
+    assert_same(&before, &s, "runtime stop killed the containers");
+    assert!(
+        !s.backup.join("store").exists(),
+        "no backup: nothing was written"
+    );
+}
+
+#[test]
+fn a_kubelet_that_never_gets_healthy_is_rolled_back_within_the_budget() {
+    let s = setup("containerd-1.7", "1.31");
+    let before = snapshot(&s);
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    fake.sick_next_start.set(true);
+    let mut opts = options(&s, interrupt);
+    opts.budget = Some(Duration::from_secs(2));
+    // The defaults predict more than 2 s: measured figures of an earlier run say otherwise.
+    let mut earlier = rehash::UpgradeState::read(&s.state).unwrap();
+    assert!(earlier.is_none());
+    let r = rehash::upgrade(&opts, &fake).unwrap();
+    assert!(
+        matches!(r.result, UpgradeResult::Refused(ref w) if w.contains("budget")),
+        "{:?}",
+        r.result
+    );
+    assert_eq!(
+        fake.calls.borrow().len(),
+        0,
+        "refused before anything stopped"
+    );
+    // A node measured fast before fits 2 s; its kubelet then never answers.
+    earlier = rehash::UpgradeState::read(&s.state).unwrap();
+    let mut st = earlier.unwrap();
+    st.measured = rehash::upgrade::Measured {
+        stop_kubelet_ms: Some(10.0),
+        stop_runtime_ms: Some(10.0),
+        start_runtime_ms: Some(10.0),
+        kubelet_healthy_ms: Some(100.0),
+    };
+    st.write(&s.state).unwrap();
+    // the patch can leave the report in the backup dir: it must be empty for a new run
+    let r = rehash::upgrade(&opts, &fake).unwrap();
+    match &r.result {
+        UpgradeResult::RolledBack { step, cause } => {
+            assert_eq!(*step, Step::WaitHealthy);
+            assert!(cause.contains("budget"), "{cause}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        fake.safe() && !fake.never_healthy.get(),
+        "the old kubelet answers"
+    );
+    assert_same(&before, &s, "kubelet never healthy");
+}
+
+#[test]
+fn preflight_refusals_stop_nothing() {
+    // wrong minor
+    let s = setup("containerd-1.7", "1.31");
+    std::fs::write(&s.new_kubelet, new_kubelet_script("1.30.4")).unwrap();
+    let before = snapshot(&s);
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert!(
+        matches!(&r.result, UpgradeResult::Refused(w) if w.contains("not 1.31")),
+        "{:?}",
+        r.result
+    );
+    assert!(fake.calls.borrow().is_empty());
+    assert_same(&before, &s, "wrong kubelet minor");
+
+    // a flag the new kubelet removed
+    let s = setup("containerd-1.7", "1.31");
+    let interrupt = flag();
+    let mut fake = FakeNode::new(interrupt);
+    fake.kubelet_args.push("--network-plugin=cni".into());
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert!(
+        matches!(&r.result, UpgradeResult::Refused(w) if w.contains("does not accept") && w.contains("network-plugin")),
+        "{:?}",
+        r.result
+    );
+    assert!(fake.calls.borrow().is_empty());
+
+    // some containers restart whatever we do, not accepted (containerd-1.7 has one drifted)
+    let s = setup("containerd-1.7", "1.31");
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    let mut opts = options(&s, interrupt);
+    opts.accept_restarts = false;
+    let r = rehash::upgrade(&opts, &fake).unwrap();
+    assert!(
+        matches!(&r.result, UpgradeResult::RestartsNotAccepted(_)),
+        "{:?}",
+        r.result
+    );
+    assert!(fake.calls.borrow().is_empty());
+    assert_eq!(r.state.phase, Phase::RestartsNotAccepted);
+
+    // a backup directory that is not empty
+    let s = setup("containerd-1.7", "1.31");
+    std::fs::create_dir_all(s.backup.join("store")).unwrap();
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert!(
+        matches!(&r.result, UpgradeResult::Refused(w) if w.contains("not empty")),
+        "{:?}",
+        r.result
+    );
+
+    // a signal before the window
+    let s = setup("containerd-1.7", "1.31");
+    let interrupt = flag();
+    interrupt.store(true, Ordering::SeqCst);
+    let fake = FakeNode::new(interrupt);
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert!(
+        matches!(&r.result, UpgradeResult::Refused(_)),
+        "{:?}",
+        r.result
+    );
+    assert!(fake.calls.borrow().is_empty());
+
+    // a pods file that is not JSON: a usage error, nothing stopped
+    let s = setup("containerd-1.7", "1.31");
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    let mut opts = options(&s, interrupt);
+    opts.pods = b"not json".to_vec();
+    let e = rehash::upgrade(&opts, &fake).unwrap_err();
+    assert_eq!(e.class(), rehash::ErrorClass::Usage, "{e}");
+    assert!(fake.calls.borrow().is_empty());
+}
+
+#[test]
+fn when_going_back_fails_too_the_result_says_so() {
+    let s = setup("containerd-1.7", "1.31");
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    fake.fault.set(Fault::Fail(Step::VerifyLive));
+    fake.starts_fail.set(true);
+    // starting fails only after the window's own start: let the forward start succeed
+    struct StartsFailAfterVerify<'a>(&'a FakeNode);
+    impl NodeControl for StartsFailAfterVerify<'_> {
+        fn stop_kubelet(&self) -> Result<(), String> {
+            self.0.stop_kubelet()
+        }
+        fn start_kubelet(&self) -> Result<(), String> {
+            self.0.start_kubelet()
+        }
+        fn stop_runtime(&self) -> Result<(), String> {
+            self.0.stop_runtime()
+        }
+        fn start_runtime(&self) -> Result<(), String> {
+            if self.0.calls.borrow().iter().any(|c| c == "start-runtime") {
+                return self.0.start_runtime();
+            }
+            self.0.call("start-runtime");
+            self.0.runtime_up.set(true);
+            Ok(())
+        }
+        fn runtime_keeps_containers(&self, k: RuntimeKind, e: &str) -> Result<String, String> {
+            self.0.runtime_keeps_containers(k, e)
+        }
+        fn kubelet_pid(&self) -> Option<u32> {
+            self.0.kubelet_pid()
+        }
+        fn cmdline(&self, pid: u32) -> Option<Vec<String>> {
+            self.0.cmdline(pid)
+        }
+        fn pid_alive(&self, pid: u32) -> bool {
+            self.0.pid_alive(pid)
+        }
+        fn run_binary(&self, b: &Path, a: &[String]) -> Result<(bool, String), String> {
+            self.0.run_binary(b, a)
+        }
+        fn healthy(&self, u: &str) -> bool {
+            self.0.healthy(u)
+        }
+        fn runtime_answers(&self, k: RuntimeKind, e: &str) -> bool {
+            self.0.runtime_answers(k, e)
+        }
+        fn before(&self, step: Step) -> Result<(), String> {
+            self.0.before(step)
+        }
+    }
+    let node = StartsFailAfterVerify(&fake);
+    let r = rehash::upgrade(&options(&s, interrupt), &node).unwrap();
+    match &r.result {
+        UpgradeResult::Failed { step, cause } => {
+            assert_eq!(*step, Step::VerifyLive);
+            assert!(cause.contains("starting the runtime"), "{cause}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.state.phase, Phase::Failed);
+    assert!(!r.state.rollback_errors.is_empty());
+    // the store and the binary were still put back
+    assert_eq!(std::fs::read(&s.kubelet).unwrap(), OLD_KUBELET);
+    assert!(pending(&s) > 0, "the store holds the old hashes again");
+}
