@@ -258,6 +258,13 @@ fn the_plan_keeps_pods_running_and_fits_its_deadline() {
         "jobActiveDeadlineSecs {deadline} must leave 2 minutes beyond the {budget} s budget and \
          stay under the controller's 600 s default"
     );
+    for flag in ["--stop-kubelet", "--stop-runtime", "--kubelet-path"] {
+        assert!(
+            arg(&args, flag).is_none(),
+            "{flag}: under --host-root the node's own systemd and /usr/bin/kubelet are the \
+             defaults (and the runtime unit's KillMode is checked only without --stop-runtime)"
+        );
+    }
     assert!(
         !args.iter().any(|a| a == "--accept-restarts"),
         "a node on which some container would restart stops the rollout (exit 4)"
@@ -285,7 +292,7 @@ fn the_plan_keeps_pods_running_and_fits_its_deadline() {
         .replace("$dir", dir_line)
         .replace("$SYSTEM_UPGRADE_POD_UID", "$(SYSTEM_UPGRADE_POD_UID)");
     assert_eq!(pods, out_line, "upgrade reads the file prepare wrote");
-    for flag in ["--state", "--report", "--kubelet-path"] {
+    for flag in ["--state", "--report"] {
         assert!(
             arg(&args, flag).unwrap().starts_with("/host/"),
             "{flag} on the node's disk, so a rerun (backoffLimit) finds it"
