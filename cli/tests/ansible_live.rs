@@ -184,8 +184,19 @@ impl Node {
             Runtime::Containerd(h) => {
                 let cri = CriClient::connect_with_timeout(&h.endpoint(), Duration::from_secs(30))
                     .unwrap_or_else(|e| panic!("{}: CRI: {e}", self.label()));
-                cri.list_containers()
-                    .expect("ListContainers")
+                // READY=1 comes before the CRI plugin has recovered its state, as for a kubelet
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let listed = loop {
+                    match cri.list_containers() {
+                        Ok(l) => break l,
+                        Err(e) if Instant::now() < deadline => {
+                            let _ = e;
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        Err(e) => panic!("{}: ListContainers: {e}", self.label()),
+                    }
+                };
+                listed
                     .into_iter()
                     .map(|c| {
                         let l = Live {
@@ -558,7 +569,7 @@ fn node(name: &str, runtime: Option<ctd::Line>) -> Node {
             let exec = dd.path("exec");
             let script = format!(
                 "#!/bin/sh\n# dockerd of node {name} (live-restore), as its unit runs it (cli/tests/ansible_live.rs)\n{STOP_FN}\
-                 managed_containerd() {{\n    for c in /proc/[0-9]*/cmdline; do\n        a=$(tr '\\0' ' ' < \"$c\" 2>/dev/null) || continue\n        case \"$a\" in *containerd-shim*) ;; *{exec}/containerd/*) return 0 ;; esac\n    done\n    return 1\n}}\n\
+                 managed_containerd() {{\n    for c in /proc/[0-9]*/cmdline; do\n        a=$(tr '\\0' ' ' 2>/dev/null < \"$c\") || continue\n        case \"$a\" in *containerd-shim*) ;; *{exec}/containerd/*) return 0 ;; esac\n    done\n    return 1\n}}\n\
                  case \"$1\" in\n\
                  start)\n    n=$(cat {log} 2>/dev/null | wc -l)\n    env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin setsid {dockerd} --data-root {data} --exec-root {exec_q} --pidfile {pidf} -H unix://{sock} --config-file {json} --live-restore --iptables=false --ip-masq=false --bridge=none --storage-driver=vfs >>{log} 2>&1 </dev/null &\n    echo $! > {mypid}\n    wait_ready {log} \"$n\" 'API listen on' ;;\n\
                  stop)\n    stop_pidfile {mypid} || exit 1\n    i=0\n    while managed_containerd; do i=$((i + 1)); [ \"$i\" -le 300 ] || {{ echo \"dockerd's containerd still runs\" >&2; exit 1; }}; sleep 0.1; done ;;\n\
@@ -670,7 +681,6 @@ fn inventory(nodes: &[Node], dir: &Path) -> PathBuf {
                 "kubelet_rehash_become": false,
                 "kubelet_rehash_to": TO,
                 "kubelet_rehash_binary_src": env!("CARGO_BIN_EXE_kubelet-rehash"),
-                "kubelet_rehash_budget": 20,
             },
         },
     });
