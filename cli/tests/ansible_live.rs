@@ -20,8 +20,10 @@
 //! starts. Checked: the first node runs the new kubelet, every container with its old pid
 //! and the target hash as the runtime reports it; the Docker node runs its old kubelet binary
 //! (same bytes) and its runtime reports every container with its old pid and old hash; the
-//! other two nodes were not touched. Run 2 (the Docker node given a good kubelet, the rest of
-//! the nodes): every node has gone through, with the same container pids and target hashes.
+//! other two nodes were not touched. Then the Docker node alone with a kubelet 1.32 binary:
+//! refused in preflight (exit 3, nothing stopped). Last run (the Docker node given a good
+//! kubelet, with the rest of the nodes): every node has gone through, with the same container
+//! pids and target hashes.
 //!
 //! Needs root, scripts/setup-docker.sh, scripts/setup-containerd.sh, scripts/setup-ansible.sh.
 
@@ -822,6 +824,20 @@ fn ansible_rolls_upgrade_over_four_real_runtime_nodes_and_stops_at_a_failed_one(
         first.took.as_secs_f64(),
         serde_json::to_string(&state).unwrap()
     );
+
+    // node-b given a kubelet of another minor version: refused before anything is stopped
+    write_exec(
+        &nodes[1].path("kubelet-v1.31.4"),
+        &fake_kubelet("v1.32.0", false),
+    );
+    let wrong = ansible_playbook(&inv, work.path(), extra.clone(), Some("node-b"));
+    let log = &wrong.out;
+    assert_eq!(wrong.code, 2, "ansible-playbook: node-b failed:\n{log}");
+    assert!(
+        log.contains("(exit 3)") && log.contains("is kubelet 1.32, not 1.31"),
+        "node-b refused in preflight:\n{log}"
+    );
+    nodes[1].check("v1.30.8", false, "after the 1.32 binary was refused");
 
     // node-b gets a kubelet that starts; the rest of the fleet goes
     write_exec(
