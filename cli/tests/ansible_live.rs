@@ -25,6 +25,11 @@
 //! kubelet, with the rest of the nodes): every node has gone through, with the same container
 //! pids and target hashes.
 //!
+//! [`the_role_maps_exit_4_as_configured`] runs the role over three local hosts with a stand-in
+//! binary for what no real node here can show cheaply: exit 4 under each
+//! `kubelet_rehash_on_restarts` (fail stops the rollout, skip goes on, accept passes
+//! `--accept-restarts`).
+//!
 //! Needs root, scripts/setup-docker.sh, scripts/setup-containerd.sh, scripts/setup-ansible.sh.
 
 use hashcompat::KubeletVersion;
@@ -869,4 +874,93 @@ fn ansible_rolls_upgrade_over_four_real_runtime_nodes_and_stops_at_a_failed_one(
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
+
+/// The role's exit-code mapping, for every `kubelet_rehash_on_restarts`, with a stand-in for
+/// the binary that records its arguments and exits as told (exit 4 needs a node whose pods
+/// really changed; the mapping is the role's, not the tool's).
+#[test]
+fn the_role_maps_exit_4_as_configured() {
+    let work = tempfile::Builder::new()
+        .prefix("ansible-codes-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let w = work.path();
+    // args: upgrade --pods <host dir>/pods.json ...; exit 4 unless --accept-restarts, or the
+    // host's code
+    let fake = w.join("kubelet-rehash");
+    write_exec(
+        &fake,
+        "#!/bin/sh\nd=$(dirname \"$3\")\necho \"$@\" > \"$d/args\"\nrc=$(cat \"$d/rc\")\n\
+         if [ \"$rc\" = 4 ]; then for a; do [ \"$a\" = --accept-restarts ] && exit 0; done; fi\n\
+         echo \"stand-in: exit $rc\" >&2\nexit \"$rc\"\n",
+    );
+    let hosts = [("h1", 0), ("h2", 4), ("h3", 0)];
+    let mut inv_hosts = serde_json::Map::new();
+    for (h, _) in hosts {
+        fs::create_dir_all(w.join(h)).unwrap();
+        fs::write(w.join(h).join("pods.json"), b"{\"items\": []}").unwrap();
+        inv_hosts.insert(
+            h.to_string(),
+            json!({
+                "kubelet_rehash_bin": w.join(h).join("bin/kubelet-rehash"),
+                "kubelet_rehash_dir": w.join(h).join("work"),
+                "kubelet_rehash_pods_src": w.join(h).join("pods.json"),
+            }),
+        );
+    }
+    let inv = w.join("inventory.yml");
+    fs::write(
+        &inv,
+        serde_json::to_vec(
+            &json!({"kubelet_rehash_nodes": {"hosts": inv_hosts, "vars": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "kubelet_rehash_become": false,
+                "kubelet_rehash_to": TO,
+                "kubelet_rehash_binary_src": fake,
+            }}}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let args_of = |h: &str| fs::read_to_string(w.join(h).join("work/args")).ok();
+    for (mode, want_rc, h3_runs) in [("fail", 2, false), ("skip", 0, true), ("accept", 0, true)] {
+        for (h, rc) in hosts {
+            fs::create_dir_all(w.join(h).join("work")).unwrap();
+            fs::write(w.join(h).join("work/rc"), rc.to_string()).unwrap();
+            let _ = fs::remove_file(w.join(h).join("work/args"));
+        }
+        let run = ansible_playbook(&inv, w, json!({"kubelet_rehash_on_restarts": mode}), None);
+        let log = &run.out;
+        assert_eq!(run.code, want_rc, "on_restarts={mode}:\n{log}");
+        let h2 = run
+            .recap("h2")
+            .unwrap_or_else(|| panic!("{mode}: no h2:\n{log}"));
+        let accepted = args_of("h2").is_some_and(|a| a.contains("--accept-restarts"));
+        assert_eq!(
+            accepted,
+            mode == "accept",
+            "{mode}: --accept-restarts passed?\n{log}"
+        );
+        match mode {
+            "fail" => {
+                assert_eq!(h2["failed"], 1, "{log}");
+                assert!(log.contains("some containers would restart"), "{log}");
+            }
+            "skip" => {
+                assert_eq!(h2["failed"], 0, "{log}");
+                assert!(
+                    log.contains("this node is left as it is") && log.contains("stand-in: exit 4"),
+                    "{log}"
+                );
+            }
+            _ => assert_eq!(h2["failed"], 0, "{log}"),
+        }
+        assert_eq!(
+            args_of("h3").is_some(),
+            h3_runs,
+            "{mode}: serial 1, max_fail_percentage 0: h3 runs only when h2 did not fail:\n{log}"
+        );
+    }
 }
