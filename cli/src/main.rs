@@ -138,7 +138,10 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
-    /// The whole maintenance window of one node: preflight with nothing stopped (plan, hazards,
+    /// One node's whole kubelet upgrade window: preflight, stop, patch, install, start, verify;
+    /// back to the old kubelet on any failure.
+    ///
+    /// Preflight with nothing stopped (plan, hazards,
     /// the runtime unit keeps its containers, the new kubelet binary's version and flags, room
     /// for the backup, the predicted window within the budget), then stop the kubelet and the
     /// runtime, patch, install the new kubelet, start the runtime, verify live, start the
@@ -156,8 +159,10 @@ enum Command {
         output: Output,
     },
     /// Restore every file of a backup byte for byte (refuses, naming the file, when the store
-    /// changed since the patch). With --state: finish an `upgrade` that was killed mid-window
-    /// by going back (store, kubelet binary, runtime and old kubelet started).
+    /// changed since the patch).
+    ///
+    /// With --state: finish an `upgrade` that was killed mid-window by going back (store,
+    /// kubelet binary, runtime and old kubelet started).
     #[command(after_help = EXIT_CODES_HELP)]
     Rollback {
         #[arg(long, required_unless_present = "state")]

@@ -61,6 +61,7 @@ fn help_texts() {
         Some("patch"),
         Some("verify"),
         Some("rollback"),
+        Some("upgrade"),
         Some("hash"),
         Some("versions"),
         Some("completions"),

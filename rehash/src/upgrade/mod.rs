@@ -169,6 +169,10 @@ const DEFAULT_STOP_RUNTIME: Duration = Duration::from_secs(3);
 const DEFAULT_START_RUNTIME: Duration = Duration::from_secs(5);
 const DEFAULT_KUBELET_HEALTHY: Duration = Duration::from_secs(10);
 
+/// How long a run that finishes a killed one waits for a runtime the killed run may have
+/// started, before it starts one itself.
+const RUNTIME_START_GRACE: Duration = Duration::from_secs(10);
+
 /// How long undoing may wait for a service, per wait: undoing is not held to the budget (the
 /// budget was already lost), but must not hang.
 const ROLLBACK_WAIT: Duration = Duration::from_secs(60);
@@ -296,6 +300,9 @@ struct Run<'a> {
     /// A run that resumes a killed one: its byte rollback may meet a file the killed patch
     /// wrote without recording its sha256.
     resumed: bool,
+    /// The killed run died while starting the runtime: its start command may have run, and
+    /// the runtime may still be coming up (a second start would fail on its lock).
+    runtime_maybe_starting: bool,
 }
 
 impl<'a> Run<'a> {
@@ -321,6 +328,7 @@ impl<'a> Run<'a> {
             kept_pids: Vec::new(),
             preflight_restarts: 0,
             resumed: false,
+            runtime_maybe_starting: false,
         }
     }
 
@@ -333,6 +341,21 @@ impl<'a> Run<'a> {
         let budget = Duration::from_secs_f64(state.budget_s);
         state.pid = std::process::id();
         state.resumed_by.push(std::process::id());
+        let now = state::unix_ms();
+        let runtime_maybe_starting = state.steps.iter().any(|s| {
+            s.outcome == StepOutcome::Running
+                && matches!(s.step, Step::StartRuntime | Step::UndoStartRuntime)
+        });
+        for s in state
+            .steps
+            .iter_mut()
+            .filter(|s| s.outcome == StepOutcome::Running)
+        {
+            s.outcome = StepOutcome::Killed;
+            s.ended_unix_ms = Some(now);
+            s.duration_ms = Some(now.saturating_sub(s.started_unix_ms) as f64);
+            s.error = Some("the run died in this step (killed?)".into());
+        }
         // The down times go on counting from the wall clock the killed run recorded.
         let since = |unix_ms: Option<u64>| {
             unix_ms.map(|t| {
@@ -355,6 +378,7 @@ impl<'a> Run<'a> {
             kept_pids: Vec::new(),
             preflight_restarts: 0,
             resumed: true,
+            runtime_maybe_starting,
         }
     }
 
@@ -724,7 +748,7 @@ impl<'a> Run<'a> {
     /// From a complete, read-back patch to a healthy new kubelet.
     fn forward(&mut self) -> Result<(), (Step, StepError)> {
         let at = |s: Step| move |e: StepError| (s, e);
-        if self.opts.new_kubelet.is_some() && !self.state.done.binary_installed {
+        if self.new_kubelet().is_some() && !self.state.done.binary_installed {
             self.step(Step::InstallKubelet, |r| r.install_kubelet())
                 .map_err(at(Step::InstallKubelet))?;
         }
@@ -807,8 +831,22 @@ impl<'a> Run<'a> {
         )))
     }
 
+    /// This run's backup directory: the state's, so a run that finishes a killed one uses
+    /// the killed run's backups whatever it was given itself.
+    fn backup_dir(&self) -> PathBuf {
+        PathBuf::from(&self.state.backup_dir)
+    }
+
     fn store_backup_dir(&self) -> PathBuf {
-        self.opts.backup_dir.join("store")
+        self.backup_dir().join("store")
+    }
+
+    fn kubelet_path(&self) -> PathBuf {
+        PathBuf::from(&self.state.kubelet_path)
+    }
+
+    fn new_kubelet(&self) -> Option<PathBuf> {
+        self.state.new_kubelet.as_ref().map(PathBuf::from)
     }
 
     fn patch(&mut self) -> Result<(), StepError> {
@@ -828,7 +866,7 @@ impl<'a> Run<'a> {
                 plan.summary.sentence
             )));
         }
-        storepatch::atomic::create_dir_all_private(&self.opts.backup_dir)?;
+        storepatch::atomic::create_dir_all_private(&self.backup_dir())?;
         let mut backup = BackupOptions::new(self.store_backup_dir());
         backup.set_aside_checkpoints = self.opts.set_aside_checkpoints;
         self.state.done.patch_started = true;
@@ -840,7 +878,7 @@ impl<'a> Run<'a> {
         self.state.summary = Some(done.report.summary.clone());
         // verify --live needs the report even when nothing was rewritten: keep it beside the
         // state (the backup has its own copy when there is a backup).
-        let report_path = self.opts.backup_dir.join("report.json");
+        let report_path = self.backup_dir().join("report.json");
         storepatch::atomic::replace_file(
             &report_path,
             &done.report.to_json(),
@@ -851,16 +889,12 @@ impl<'a> Run<'a> {
     }
 
     fn kubelet_backup_path(&self) -> PathBuf {
-        self.opts.backup_dir.join("kubelet").join("kubelet")
+        self.backup_dir().join("kubelet").join("kubelet")
     }
 
     fn install_kubelet(&mut self) -> Result<(), StepError> {
-        let new = self
-            .opts
-            .new_kubelet
-            .as_ref()
-            .expect("only called with a new kubelet");
-        let path = &self.opts.kubelet_path;
+        let new = self.new_kubelet().expect("only called with a new kubelet");
+        let path = &self.kubelet_path();
         let backup = self.kubelet_backup_path();
         if self.state.kubelet_backup.is_none() {
             storepatch::atomic::create_dir_all_private(backup.parent().expect("has a parent"))?;
@@ -870,7 +904,7 @@ impl<'a> Run<'a> {
         }
         self.state.done.binary_install_started = true;
         self.save();
-        let (bytes, _) = storepatch::atomic::read_regular_nofollow(new)
+        let (bytes, _) = storepatch::atomic::read_regular_nofollow(&new)
             .map_err(|e| StepError(format!("the new kubelet {}: {e}", new.display())))?;
         install_file(path, &bytes, 0o755)?;
         self.state.done.binary_installed = true;
@@ -880,8 +914,13 @@ impl<'a> Run<'a> {
     fn start_runtime(&mut self, undo: bool) -> Result<(), StepError> {
         let kind = self.store.kind();
         let endpoint = self.endpoint();
-        // A runtime that already answers (a killed run started it) is not started twice.
-        if !self.node.runtime_answers(kind, &endpoint) {
+        if std::mem::take(&mut self.runtime_maybe_starting) {
+            let grace = Instant::now() + RUNTIME_START_GRACE;
+            let _ = wait_until(grace, || self.node.runtime_answers(kind, &endpoint));
+        }
+        // A runtime that already runs (a killed run started it; it may not answer yet, but it
+        // holds its store) is not started twice: a second one would fail on its lock.
+        if !self.node.runtime_answers(kind, &endpoint) && self.store.ensure_stopped().is_ok() {
             self.node.start_runtime()?;
         }
         self.state.done.runtime_up = true;
@@ -928,9 +967,9 @@ impl<'a> Run<'a> {
     }
 
     fn start_kubelet(&mut self) -> Result<(), StepError> {
-        // A kubelet that already answers (a killed run started it, or its stop did not take)
-        // is not started twice.
-        if !self.node.healthy(&self.opts.healthz) {
+        // A kubelet that already runs (a killed run started it, or its stop did not take) is
+        // not started twice.
+        if !self.node.healthy(&self.opts.healthz) && self.node.kubelet_pid().is_none() {
             self.node.start_kubelet()?;
         }
         self.state.done.kubelet_up = true;
@@ -1111,7 +1150,7 @@ impl<'a> Run<'a> {
             .kubelet_backup
             .clone()
             .expect("checked by the caller");
-        restore_binary(&saved, &self.opts.kubelet_path)?;
+        restore_binary(&saved, &self.kubelet_path())?;
         self.state.done.binary_installed = false;
         self.state.done.binary_install_started = false;
         Ok(())

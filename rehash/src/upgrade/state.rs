@@ -101,6 +101,8 @@ pub enum StepOutcome {
     Ok,
     /// Failed: `error` says why.
     Failed,
+    /// The run died in it (killed); its end is when the next run found it.
+    Killed,
 }
 
 /// One step's record.

@@ -1,0 +1,1356 @@
+//! `kubelet-rehash upgrade` end to end on REAL daemons: private containerd 1.6.20, 1.7.24 and
+//! 2.1.9 and a private dockerd 20.10 (live-restore) with running, kubelet-shaped containers
+//! (the harnesses of crate testtools, the node shape of e2e_live.rs: proven containers, one
+//! drifted, one orphan), the runtime started and stopped only by the override commands
+//! (`--start-runtime` / `--stop-runtime`, shell scripts over the test's own pid files).
+//!
+//! There is no kubelet binary for this machine (and a real kubelet would take the machine
+//! over), so "the kubelet" is a stand-in the test writes: a small Python program installed at
+//! `--kubelet-path` that, like the kubelet, parses every flag before it answers `--version`
+//! (the new one rejects `--network-plugin`, which kubelet 1.24 removed), and otherwise serves
+//! `/healthz` on a port of the test's choosing and records which version runs. It is started
+//! and stopped through `--start-kubelet` / `--stop-kubelet`, so a rollback visibly runs the
+//! *old* binary again.
+//!
+//! Checked after every run: the exit code; every container runs as the same process (pid and
+//! /proc start time); the hashes the runtime itself serves (CRI / Engine API) are the target's
+//! after an upgrade and the original ones after a rollback; the kubelet binary's bytes; the
+//! version of the kubelet that runs; the state file (phase, steps, measured down times within
+//! the budget). Failure paths on containerd 1.7: a wrong kubelet binary and a removed flag
+//! (refused, the runtime never restarted), SIGTERM to the tool inside the window, `kill -9`
+//! before and after the patch then `upgrade` / `rollback --state` again, a downgrade with the
+//! old binary, and a runtime stop that kills the containers.
+//!
+//! Needs root, scripts/setup-docker.sh and scripts/setup-containerd.sh. One runtime at a time
+//! (testtools' process-wide lock); Drop guards stop what the scripts started, by pid.
+
+use hashcompat::KubeletVersion;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use storepatch::live::cri::CriClient;
+use testtools::containerd as ctd;
+use testtools::cri::CriTestCalls;
+use testtools::docker as dkr;
+
+const HASH: &str = "io.kubernetes.container.hash";
+const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_kubelet-rehash")
+}
+
+// ---------------------------------------------------------------------------------------------
+// the node: pods, specs, stored hashes, expectations
+// ---------------------------------------------------------------------------------------------
+
+fn golden(id: &str) -> Value {
+    let path = ctd::workspace().join("fixtures/golden/specs.jsonl");
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for l in text.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        if v["id"] == id {
+            return v["container"].clone();
+        }
+    }
+    panic!("{}: no spec {id}", path.display());
+}
+
+/// `golden(id)` under another container name.
+fn named(id: &str, name: &str) -> Value {
+    let mut s = golden(id);
+    s["name"] = json!(name);
+    s
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Expect {
+    Rewrite {
+        target: String,
+        target_wr: Option<String>,
+    },
+    Unchanged,
+    Unproven,
+    Orphan,
+}
+
+#[derive(Debug, Clone)]
+struct PodDef {
+    ns: String,
+    name: String,
+    uid: String,
+    sandbox: String,
+}
+
+#[derive(Debug, Clone)]
+struct Ctr {
+    pod: usize,
+    name: String,
+    /// In the pods file (None: orphan, the pod has no such container).
+    spec: Option<Value>,
+    stored: String,
+    stored_wr: Option<String>,
+    expect: Expect,
+    /// Runtime id, set when created.
+    id: String,
+}
+
+fn v(s: &str) -> KubeletVersion {
+    s.parse().unwrap()
+}
+
+fn hashes(spec: &Value, ver: &str) -> (String, Option<String>) {
+    let h = hashcompat::hash_container(spec, v(ver))
+        .unwrap_or_else(|e| panic!("hashcompat {ver} of {}: {e}", spec["name"]));
+    (
+        h.hash.to_string(),
+        h.hash_without_resources.map(|x| x.to_string()),
+    )
+}
+
+/// The node: two pods; `specs` = (golden id, container name) of the first pod's proven
+/// containers, then a proven one and a drifted one in the second pod, and an orphan. `with_wr`:
+/// the FROM kubelet wrote hashWithoutResources (1.27–1.30 with InPlacePodVerticalScaling).
+fn node(
+    tag: &str,
+    specs: &[(&str, &str)],
+    from: &str,
+    to: &str,
+    with_wr: bool,
+) -> (Vec<PodDef>, Vec<Ctr>) {
+    let pods = vec![
+        PodDef {
+            ns: "shop".into(),
+            name: format!("web-{tag}-5d8f7c9b6-x2k4p"),
+            uid: format!("e2e00000-{tag:0>4}-4c6d-9e8f-000000000001"),
+            sandbox: String::new(),
+        },
+        PodDef {
+            ns: "kube-system".into(),
+            name: format!("tools-{tag}-8xk2q"),
+            uid: format!("e2e00000-{tag:0>4}-4c6d-9e8f-000000000002"),
+            sandbox: String::new(),
+        },
+    ];
+    let mut ctrs = Vec::new();
+    let mut add =
+        |pod: usize, name: &str, spec: Option<Value>, stored_from: &Value, drifted: bool| {
+            let (stored, wr) = hashes(stored_from, from);
+            let stored_wr = if with_wr { wr } else { None };
+            let expect = match &spec {
+                None => Expect::Orphan,
+                Some(_) if drifted => Expect::Unproven,
+                Some(s) => {
+                    let (t, t_wr) = hashes(s, to);
+                    let wr_eq = match (&stored_wr, &t_wr) {
+                        (Some(a), Some(b)) => a == b,
+                        _ => true,
+                    };
+                    if t == stored && wr_eq {
+                        Expect::Unchanged
+                    } else {
+                        Expect::Rewrite {
+                            target: t,
+                            target_wr: if stored_wr.is_some() { t_wr } else { None },
+                        }
+                    }
+                }
+            };
+            ctrs.push(Ctr {
+                pod,
+                name: name.into(),
+                spec,
+                stored,
+                stored_wr,
+                expect,
+                id: String::new(),
+            });
+        };
+    let (last, first) = specs.split_last().unwrap();
+    for (id, name) in first {
+        let s = named(id, name);
+        add(0, name, Some(s.clone()), &s, false);
+    }
+    // orphan: a container of pod 0 the pods file does not list
+    add(0, "ghost", None, &named("f001-minimal", "ghost"), false);
+    let s = named(last.0, last.1);
+    add(1, last.1, Some(s.clone()), &s, false);
+    // drifted: the pod's spec is f005, the container was created from (an edited) f008
+    add(
+        1,
+        "shell",
+        Some(named("f005-command-args-unicode", "shell")),
+        &named("f008-env-values", "shell"),
+        true,
+    );
+    (pods, ctrs)
+}
+
+/// `kubectl get pods -A -o json` of the node, as a `List`.
+fn pods_json(pods: &[PodDef], ctrs: &[Ctr], scheme: &str) -> Value {
+    let items: Vec<Value> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mine: Vec<&Ctr> = ctrs
+                .iter()
+                .filter(|c| c.pod == i && c.spec.is_some())
+                .collect();
+            json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": p.name, "namespace": p.ns, "uid": p.uid},
+                "spec": {
+                    "containers": mine.iter().map(|c| c.spec.clone().unwrap()).collect::<Vec<_>>(),
+                    "nodeName": "e2e-node",
+                    "restartPolicy": "Always",
+                },
+                "status": {
+                    "phase": "Running",
+                    "containerStatuses": mine.iter().map(|c| json!({
+                        "name": c.name,
+                        "containerID": format!("{scheme}://{}", c.id),
+                        "image": c.spec.as_ref().unwrap()["image"],
+                        "imageID": "",
+                        "ready": true,
+                        "restartCount": 0,
+                        "started": true,
+                        "state": {"running": {"startedAt": "2026-01-01T10:00:00Z"}},
+                    })).collect::<Vec<_>>(),
+                },
+            })
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items})
+}
+
+fn pids_now(rt: &dyn Runtime, ctrs: &[Ctr]) -> BTreeMap<String, (u32, u64)> {
+    let live = rt.live();
+    ctrs.iter()
+        .map(|c| {
+            let l = live
+                .get(&c.id)
+                .unwrap_or_else(|| panic!("{}: {} ({}) not listed", rt.label(), c.name, c.id));
+            assert!(
+                l.running,
+                "{}: {} is not running: {l:?}",
+                rt.label(),
+                c.name
+            );
+            let pid = l
+                .pid
+                .unwrap_or_else(|| panic!("{}: no pid for {}", rt.label(), c.name));
+            let (_, start) = ctd::proc_stat(pid).expect("container process");
+            (c.id.clone(), (pid, start))
+        })
+        .collect()
+}
+
+/// The runtime's view: each container runs as the same process and reports `want(c)`.
+fn check_live(
+    rt: &dyn Runtime,
+    ctrs: &[Ctr],
+    pids: &BTreeMap<String, (u32, u64)>,
+    want: &dyn Fn(&Ctr) -> (String, Option<String>),
+    phase: &str,
+) {
+    let label = rt.label();
+    let live = rt.live();
+    for c in ctrs {
+        let l = live
+            .get(&c.id)
+            .unwrap_or_else(|| panic!("{label} {phase}: {} ({}) is not listed", c.name, c.id));
+        let (h, wr) = want(c);
+        assert_eq!(
+            l.hash.as_ref(),
+            Some(&h),
+            "{label} {phase}: hash of {}",
+            c.name
+        );
+        assert_eq!(
+            l.hash_wr, wr,
+            "{label} {phase}: hashWithoutResources of {}",
+            c.name
+        );
+        assert!(
+            l.running,
+            "{label} {phase}: {} is not running: {l:?}",
+            c.name
+        );
+        let (pid, start) = pids[&c.id];
+        assert_eq!(
+            l.pid,
+            Some(pid),
+            "{label} {phase}: pid of {} changed",
+            c.name
+        );
+        assert_eq!(
+            ctd::proc_stat(pid).map(|s| s.1),
+            Some(start),
+            "{label} {phase}: pid {pid} of {} is another process",
+            c.name
+        );
+    }
+}
+
+fn alive(rt: &dyn Runtime, pids: &BTreeMap<String, (u32, u64)>, phase: &str) {
+    for (id, (pid, start)) in pids {
+        assert_eq!(
+            ctd::proc_stat(*pid).map(|s| s.1),
+            Some(*start),
+            "{} {phase}: container {id} (pid {pid}) is gone",
+            rt.label()
+        );
+    }
+}
+
+fn patched_values(c: &Ctr) -> (String, Option<String>) {
+    match &c.expect {
+        Expect::Rewrite { target, target_wr } => (
+            target.clone(),
+            target_wr.clone().or_else(|| c.stored_wr.clone()),
+        ),
+        _ => (c.stored.clone(), c.stored_wr.clone()),
+    }
+}
+
+fn stored_values(c: &Ctr) -> (String, Option<String>) {
+    (c.stored.clone(), c.stored_wr.clone())
+}
+
+// ---------------------------------------------------------------------------------------------
+// the flow
+// ---------------------------------------------------------------------------------------------
+
+// ---------------------------------------------------------------------------------------------
+// the runtimes, driven by scripts over the test's own pid files
+// ---------------------------------------------------------------------------------------------
+
+/// What the runtime reports about one container.
+#[derive(Debug)]
+struct Live {
+    hash: Option<String>,
+    hash_wr: Option<String>,
+    running: bool,
+    pid: Option<u32>,
+}
+
+trait Runtime {
+    fn label(&self) -> String;
+    /// `--runtime … --root … --runtime-socket …` for this private daemon.
+    fn store_flags(&self) -> Vec<String>;
+    /// Every container the runtime lists, by id; `None` while it does not answer.
+    fn try_live(&self) -> Option<HashMap<String, Live>>;
+    fn live(&self) -> HashMap<String, Live> {
+        self.try_live()
+            .unwrap_or_else(|| panic!("{}: the runtime does not answer", self.label()))
+    }
+    fn scheme(&self) -> &'static str;
+    fn tmp(&self) -> PathBuf;
+    /// `sh -c` command that starts the daemon in the background and writes [`Runtime::pidfile`].
+    fn start_cmd(&self) -> String;
+    /// The pid file of the daemon the scripts started.
+    fn pidfile(&self) -> PathBuf;
+    fn stop_cmd(&self) -> String {
+        stop_script(&self.pidfile())
+    }
+    /// The pid of the running daemon.
+    fn daemon_pid(&self) -> u32 {
+        fs::read_to_string(self.pidfile())
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+/// Sends SIGTERM to the pid in `pidfile` and waits until the process is gone (a zombie counts
+/// as gone: only its parent, init, has not reaped it yet).
+fn stop_script(pidfile: &Path) -> String {
+    let p = pidfile.display();
+    format!(
+        "pid=$(cat {p} 2>/dev/null) || exit 0; kill -TERM \"$pid\" 2>/dev/null; while [ -d /proc/$pid ] && ! grep -q ') Z' /proc/$pid/stat 2>/dev/null; do sleep 0.05; done"
+    )
+}
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
+    assert!(st.success(), "`{cmd}` failed: {st}");
+}
+
+fn pid_running(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rfind(')')
+            .is_some_and(|i| !s[i + 1..].trim_start().starts_with('Z'))
+    })
+}
+
+/// Stops what the scripts started (runtime, kubelet stand-in), by the pids in their pid files,
+/// before the harness guards clean up the rest.
+struct ScriptGuard(Vec<PathBuf>);
+
+impl Drop for ScriptGuard {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let Some(pid) = fs::read_to_string(f)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+            else {
+                continue;
+            };
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while pid_running(pid as u32) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if pid_running(pid as u32) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+struct Containerd {
+    h: ctd::Harness,
+}
+
+impl Runtime for Containerd {
+    fn label(&self) -> String {
+        format!("containerd {}", self.h.line.version)
+    }
+    fn store_flags(&self) -> Vec<String> {
+        vec![
+            "--runtime".into(),
+            "containerd".into(),
+            "--root".into(),
+            self.h.p.root.display().to_string(),
+            "--runtime-socket".into(),
+            self.h.p.sock.display().to_string(),
+        ]
+    }
+    fn try_live(&self) -> Option<HashMap<String, Live>> {
+        let cri = CriClient::connect(&self.h.endpoint()).ok()?;
+        let list = cri.list_containers().ok()?;
+        Some(
+            list.into_iter()
+                .map(|c| {
+                    let l = Live {
+                        hash: c.annotations.get(HASH).cloned(),
+                        hash_wr: c.annotations.get(HASH_WR).cloned(),
+                        running: c.state == "CONTAINER_RUNNING",
+                        pid: c.pid,
+                    };
+                    (c.id, l)
+                })
+                .collect(),
+        )
+    }
+    fn scheme(&self) -> &'static str {
+        "containerd"
+    }
+    fn tmp(&self) -> PathBuf {
+        self.h.p.t.clone()
+    }
+    fn start_cmd(&self) -> String {
+        format!(
+            "env -i PATH={path} HOME={t} {bin}/containerd --config {config} >>{log} 2>&1 </dev/null & echo $! > {pidfile}",
+            path = self.h.path_env(),
+            t = self.h.p.t.display(),
+            bin = self.h.bin.display(),
+            config = self.h.p.config.display(),
+            log = self.h.p.log.display(),
+            pidfile = self.pidfile().display(),
+        )
+    }
+    fn pidfile(&self) -> PathBuf {
+        self.h.p.t.join("containerd.script.pid")
+    }
+}
+
+impl Containerd {
+    fn new(line: ctd::Line, pods: &mut [PodDef], ctrs: &mut [Ctr]) -> Containerd {
+        let mut h = ctd::Harness::new(line);
+        let pause_tar = ctd::build_image(&h.p.t, ctd::PAUSE_IMAGE, "pause");
+        let app_tar = ctd::build_image(&h.p.t, ctd::APP_IMAGE, "app");
+        let cri = h.start();
+        h.ctr_import(&pause_tar, ctd::PAUSE_IMAGE);
+        h.ctr_import(&app_tar, ctd::APP_IMAGE);
+        let vv = line.version;
+        let app_id = ctd::wait_image(&cri, ctd::APP_IMAGE, vv);
+        ctd::wait_image(&cri, ctd::PAUSE_IMAGE, vv);
+        for (i, p) in pods.iter_mut().enumerate() {
+            let pc = ctd::pod_config(&h, &p.ns, &p.name, &p.uid);
+            p.sandbox = cri
+                .run_pod_sandbox(&pc)
+                .unwrap_or_else(|e| panic!("containerd {vv}: RunPodSandbox {}: {e}", p.name));
+            h.sandboxes.push(p.sandbox.clone());
+            for c in ctrs.iter_mut().filter(|c| c.pod == i) {
+                let spec = ctd::spec(&c.name, &c.stored, c.stored_wr.as_deref(), true);
+                let cc = ctd::container_config(&h, &pc, &app_id, &spec);
+                c.id = cri
+                    .create_container(&p.sandbox, &cc, &pc)
+                    .unwrap_or_else(|e| panic!("containerd {vv}: CreateContainer {}: {e}", c.name));
+                cri.start_container(&c.id)
+                    .unwrap_or_else(|e| panic!("containerd {vv}: StartContainer {}: {e}", c.name));
+            }
+        }
+        // From here on only the scripts start and stop it, as the node's unit would.
+        h.stop();
+        Containerd { h }
+    }
+}
+
+struct Docker {
+    d: dkr::Daemon,
+}
+
+impl Runtime for Docker {
+    fn label(&self) -> String {
+        "docker 20.10".into()
+    }
+    fn store_flags(&self) -> Vec<String> {
+        vec![
+            "--runtime".into(),
+            "docker".into(),
+            "--root".into(),
+            self.d.data_root().display().to_string(),
+            "--runtime-socket".into(),
+            self.d.socket().display().to_string(),
+            "--runtime-pidfile".into(),
+            self.d.pidfile().display().to_string(),
+            "--daemon-json".into(),
+            self.d.path("daemon.json").display().to_string(),
+        ]
+    }
+    fn try_live(&self) -> Option<HashMap<String, Live>> {
+        let mut c = self.d.client();
+        c.negotiate().ok()?;
+        let all = c.inspect_all().ok()?;
+        Some(
+            all.into_iter()
+                .map(|i| {
+                    let l = Live {
+                        hash: i.labels.get(&format!("annotation.{HASH}")).cloned(),
+                        hash_wr: i.labels.get(&format!("annotation.{HASH_WR}")).cloned(),
+                        running: i.running,
+                        pid: (i.pid != 0).then_some(i.pid),
+                    };
+                    (i.id, l)
+                })
+                .collect(),
+        )
+    }
+    fn scheme(&self) -> &'static str {
+        "docker"
+    }
+    fn tmp(&self) -> PathBuf {
+        self.d.dir.path().to_path_buf()
+    }
+    fn start_cmd(&self) -> String {
+        format!(
+            "{dockerd} --data-root {data} --exec-root {exec} --pidfile {pf} -H unix://{sock} --config-file {cfg} --live-restore --iptables=false --ip-masq=false --bridge=none --storage-driver=vfs >>{log} 2>&1 </dev/null & echo $! > {pidfile}",
+            dockerd = self.d.dockerd.display(),
+            data = self.d.data_root().display(),
+            exec = self.d.path("exec").display(),
+            pf = self.d.pidfile().display(),
+            sock = self.d.socket().display(),
+            cfg = self.d.path("daemon.json").display(),
+            log = self.d.path("dockerd-scripts.log").display(),
+            pidfile = self.pidfile().display(),
+        )
+    }
+    fn pidfile(&self) -> PathBuf {
+        self.d.path("dockerd.script.pid")
+    }
+}
+
+fn dockershim_labels(p: &PodDef, c: &Ctr, logdir: &Path) -> Value {
+    let mut l = json!({
+        "annotation.io.kubernetes.container.hash": c.stored,
+        "annotation.io.kubernetes.container.restartCount": "0",
+        "annotation.io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
+        "annotation.io.kubernetes.container.terminationMessagePolicy": "File",
+        "annotation.io.kubernetes.pod.terminationGracePeriod": "30",
+        "io.kubernetes.container.logpath": format!("{}/{}/0.log", logdir.display(), c.name),
+        "io.kubernetes.container.name": c.name,
+        "io.kubernetes.docker.type": "container",
+        "io.kubernetes.pod.name": p.name,
+        "io.kubernetes.pod.namespace": p.ns,
+        "io.kubernetes.pod.uid": p.uid,
+        "io.kubernetes.sandbox.id": p.sandbox,
+    });
+    if let Some(w) = &c.stored_wr {
+        l[format!("annotation.{HASH_WR}")] = json!(w);
+    }
+    l
+}
+
+impl Docker {
+    fn new(pods: &mut [PodDef], ctrs: &mut [Ctr]) -> Docker {
+        let mut d = dkr::Daemon::new();
+        d.start();
+        let mut c = d.client();
+        c.negotiate().unwrap();
+        let image = dkr::import_busybox_image(&c, "docker.io/library/upgradetest", "1.0");
+        for (i, p) in pods.iter_mut().enumerate() {
+            let logdir = d.path(&format!("kubelet/log/pods/{}_{}_{}", p.ns, p.name, p.uid));
+            fs::create_dir_all(&logdir).unwrap();
+            p.sandbox = dkr::create(
+                &c,
+                &format!("k8s_POD_{}_{}_{}_0", p.name, p.ns, p.uid),
+                json!({
+                    "Image": image,
+                    "Entrypoint": ["/bin/sh", "-c", dkr::LOOP],
+                    "Env": ["PATH=/bin"],
+                    "Labels": {
+                        "annotation.kubernetes.io/config.seen": "2026-01-01T10:00:00.000000000Z",
+                        "annotation.kubernetes.io/config.source": "api",
+                        "io.kubernetes.container.name": "POD",
+                        "io.kubernetes.docker.type": "podsandbox",
+                        "io.kubernetes.pod.name": p.name,
+                        "io.kubernetes.pod.namespace": p.ns,
+                        "io.kubernetes.pod.uid": p.uid,
+                    },
+                    "HostConfig": {"NetworkMode": "host", "IpcMode": "shareable", "SecurityOpt": ["seccomp=unconfined"]},
+                }),
+            );
+            d.container_ids.push(p.sandbox.clone());
+            c.call::<Value>("POST", &format!("/containers/{}/start", p.sandbox), None)
+                .unwrap();
+            for ct in ctrs.iter_mut().filter(|ct| ct.pod == i) {
+                ct.id = dkr::create(
+                    &c,
+                    &format!("k8s_{}_{}_{}_{}_0", ct.name, p.name, p.ns, p.uid),
+                    json!({
+                        "Image": image,
+                        "Entrypoint": ["/bin/sh", "-c"],
+                        "Cmd": [format!("echo started; {}", dkr::LOOP)],
+                        "Env": ["KUBERNETES_SERVICE_HOST=10.96.0.1", "PATH=/bin"],
+                        "Healthcheck": {"Test": ["NONE"]},
+                        "Labels": dockershim_labels(p, ct, &logdir),
+                        "HostConfig": {
+                            "NetworkMode": format!("container:{}", p.sandbox),
+                            "IpcMode": format!("container:{}", p.sandbox),
+                            "UTSMode": "host",
+                            "RestartPolicy": {"Name": "no"},
+                            "SecurityOpt": ["seccomp=unconfined"],
+                        },
+                    }),
+                );
+                d.container_ids.push(ct.id.clone());
+                c.call::<Value>("POST", &format!("/containers/{}/start", ct.id), None)
+                    .unwrap();
+            }
+        }
+        let docker = Docker { d };
+        let pids: Vec<u32> = docker.live().values().filter_map(|l| l.pid).collect();
+        let mut docker = docker;
+        docker.d.container_pids.extend(pids);
+        docker.d.stop();
+        docker
+    }
+}
+
+/// Starts the daemon through its script and waits until it answers.
+fn start_runtime(rt: &dyn Runtime) {
+    sh(&rt.start_cmd());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while rt.try_live().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "{}: does not answer after its start",
+            rt.label()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the kubelet stand-in
+// ---------------------------------------------------------------------------------------------
+
+/// A stand-in kubelet (there is no kubelet binary for this machine): parses every flag first
+/// and fails on one this version removed, answers --version, else serves /healthz and writes
+/// its version into the file --running-marker names.
+fn kubelet_program(version: &str, removed: &[&str]) -> String {
+    format!(
+        r#"#!/usr/bin/python3
+import http.server, sys
+VERSION = "v{version}"
+REMOVED = {removed:?}
+flags = [a for a in sys.argv[1:] if a.startswith("--")]
+for a in flags:
+    if a.split("=", 1)[0] in REMOVED:
+        sys.stderr.write("Error: failed to parse kubelet flag: unknown flag: %s\n" % a.split("=", 1)[0])
+        sys.exit(1)
+if "--version" in flags:
+    print("Kubernetes " + VERSION)
+    sys.exit(0)
+opt = dict(a[2:].split("=", 1) for a in flags if "=" in a)
+class Healthz(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.path == "/healthz"
+        self.send_response(200 if ok else 404)
+        self.end_headers()
+        self.wfile.write(b"ok" if ok else b"not found")
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", int(opt["healthz-port"])), Healthz)
+with open(opt["running-marker"], "w") as f:
+    f.write(VERSION)
+server.serve_forever()
+"#
+    )
+}
+
+struct Kubelet {
+    /// Where the node's kubelet binary is installed (`--kubelet-path`).
+    path: PathBuf,
+    /// The old binary's bytes and version.
+    old: Vec<u8>,
+    old_version: String,
+    port: u16,
+    pidfile: PathBuf,
+    marker: PathBuf,
+    log: PathBuf,
+    /// Extra flags on the running kubelet's command line.
+    extra: Vec<String>,
+    dir: PathBuf,
+}
+
+impl Kubelet {
+    fn new(dir: &Path, from_version: &str) -> Kubelet {
+        let bin = dir.join("node/usr/bin");
+        fs::create_dir_all(&bin).unwrap();
+        let path = bin.join("kubelet");
+        let old = kubelet_program(from_version, &[]).into_bytes();
+        write_exe(&path, &old);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Kubelet {
+            path,
+            old,
+            old_version: format!("v{from_version}"),
+            port,
+            pidfile: dir.join("kubelet.pid"),
+            marker: dir.join("kubelet.running"),
+            log: dir.join("kubelet.log"),
+            extra: Vec::new(),
+            dir: dir.to_path_buf(),
+        }
+    }
+    /// A new kubelet binary of `version`, which no longer has `--network-plugin`.
+    fn binary(&self, name: &str, version: &str) -> PathBuf {
+        let p = self.dir.join(name);
+        write_exe(
+            &p,
+            kubelet_program(version, &["--network-plugin"]).as_bytes(),
+        );
+        p
+    }
+    fn start_cmd(&self) -> String {
+        format!(
+            "{} --healthz-port={} --running-marker={} {} >>{} 2>&1 </dev/null & echo $! > {}",
+            self.path.display(),
+            self.port,
+            self.marker.display(),
+            self.extra.join(" "),
+            self.log.display(),
+            self.pidfile.display()
+        )
+    }
+    fn stop_cmd(&self) -> String {
+        stop_script(&self.pidfile)
+    }
+    fn healthz(&self) -> String {
+        format!("http://127.0.0.1:{}/healthz", self.port)
+    }
+    fn start(&self) {
+        let _ = fs::remove_file(&self.marker);
+        sh(&self.start_cmd());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.marker.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the kubelet stand-in did not start: {}",
+                fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    fn restart(&self) {
+        sh(&self.stop_cmd());
+        self.start();
+    }
+    /// The version of the kubelet that runs now (its process alive, its marker written).
+    fn running(&self) -> String {
+        let pid: u32 = fs::read_to_string(&self.pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(pid_running(pid), "no kubelet runs (pid {pid} is gone)");
+        fs::read_to_string(&self.marker).unwrap()
+    }
+}
+
+fn write_exe(p: &Path, bytes: &[u8]) {
+    fs::write(p, bytes).unwrap();
+    fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// the binary
+// ---------------------------------------------------------------------------------------------
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+fn run(args: &[String]) -> Out {
+    let t0 = Instant::now();
+    let o = Command::new(bin()).args(args).output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        took: t0.elapsed(),
+    }
+}
+
+fn expect_code(what: &str, o: &Out, code: i32) {
+    assert_eq!(
+        o.code, code,
+        "{what}: exit {} (expected {code})\nstdout:\n{}\nstderr:\n{}",
+        o.code, o.stdout, o.stderr
+    );
+}
+
+/// One node under test: the runtime, its containers, the kubelet stand-in, the state file.
+struct Node<'a> {
+    rt: &'a dyn Runtime,
+    ctrs: &'a [Ctr],
+    kubelet: Kubelet,
+    pods_file: PathBuf,
+    state: PathBuf,
+    runs: usize,
+    pids: BTreeMap<String, (u32, u64)>,
+}
+
+/// What a run gets besides the node's flags.
+#[derive(Default)]
+struct Extra {
+    to: String,
+    kubelet_binary: Option<PathBuf>,
+    start_runtime: Option<String>,
+    stop_runtime: Option<String>,
+    accept_restarts: bool,
+}
+
+impl Node<'_> {
+    fn new<'a>(rt: &'a dyn Runtime, pods: &[PodDef], ctrs: &'a [Ctr], from: &str) -> Node<'a> {
+        let t = rt.tmp();
+        let pods_file = t.join("pods.json");
+        fs::write(
+            &pods_file,
+            serde_json::to_vec_pretty(&pods_json(pods, ctrs, rt.scheme())).unwrap(),
+        )
+        .unwrap();
+        start_runtime(rt);
+        let kubelet = Kubelet::new(&t, &format!("{from}.9"));
+        kubelet.start();
+        let pids = pids_now(rt, ctrs);
+        Node {
+            rt,
+            ctrs,
+            kubelet,
+            pods_file,
+            state: t.join("state/upgrade.json"),
+            runs: 0,
+            pids,
+        }
+    }
+
+    fn service_flags(&self, x: &Extra) -> Vec<String> {
+        vec![
+            "--stop-kubelet".into(),
+            self.kubelet.stop_cmd(),
+            "--start-kubelet".into(),
+            self.kubelet.start_cmd(),
+            "--stop-runtime".into(),
+            x.stop_runtime.clone().unwrap_or_else(|| self.rt.stop_cmd()),
+            "--start-runtime".into(),
+            x.start_runtime
+                .clone()
+                .unwrap_or_else(|| self.rt.start_cmd()),
+            "--kubelet-pidfile".into(),
+            self.kubelet.pidfile.display().to_string(),
+            "--kubelet-healthz".into(),
+            self.kubelet.healthz(),
+        ]
+    }
+
+    fn upgrade(&mut self, what: &str, x: &Extra) -> Out {
+        self.runs += 1;
+        let mut a: Vec<String> = vec![
+            "upgrade".into(),
+            "--pods".into(),
+            self.pods_file.display().to_string(),
+            "--to".into(),
+            x.to.clone(),
+            "--kubelet-path".into(),
+            self.kubelet.path.display().to_string(),
+            "--state".into(),
+            self.state.display().to_string(),
+            "--backup-dir".into(),
+            self.rt
+                .tmp()
+                .join(format!("backup-{}", self.runs))
+                .display()
+                .to_string(),
+            "--report".into(),
+            self.rt
+                .tmp()
+                .join(format!("report-{}.json", self.runs))
+                .display()
+                .to_string(),
+            // the kubelet dir and manifests of this machine are not the test node's
+            "--kubelet-dir".into(),
+            self.rt.tmp().join("no-kubelet-dir").display().to_string(),
+            "--manifests".into(),
+            self.rt.tmp().join("no-manifests").display().to_string(),
+        ];
+        fs::create_dir_all(self.rt.tmp().join("no-kubelet-dir")).unwrap();
+        fs::create_dir_all(self.rt.tmp().join("no-manifests")).unwrap();
+        a.extend(self.rt.store_flags());
+        a.extend(self.service_flags(x));
+        if let Some(b) = &x.kubelet_binary {
+            a.extend(["--kubelet-binary".into(), b.display().to_string()]);
+        }
+        if x.accept_restarts {
+            a.push("--accept-restarts".into());
+        }
+        let o = run(&a);
+        eprintln!(
+            "{} — {what}: exit {} in {:.2} s\n{}{}",
+            self.rt.label(),
+            o.code,
+            o.took.as_secs_f64(),
+            o.stdout,
+            o.stderr
+        );
+        o
+    }
+
+    fn rollback_state(&self) -> Out {
+        let mut a: Vec<String> = vec![
+            "rollback".into(),
+            "--state".into(),
+            self.state.display().to_string(),
+        ];
+        a.extend(self.rt.store_flags());
+        a.extend(self.service_flags(&Extra::default()));
+        let o = run(&a);
+        eprintln!(
+            "{} — rollback --state: exit {}\n{}{}",
+            self.rt.label(),
+            o.code,
+            o.stdout,
+            o.stderr
+        );
+        o
+    }
+
+    fn state(&self) -> Value {
+        serde_json::from_slice(&fs::read(&self.state).unwrap()).unwrap()
+    }
+
+    /// Runtime and kubelet run, every container as the same process with `want`'s hashes.
+    fn check(
+        &self,
+        phase: &str,
+        want: &dyn Fn(&Ctr) -> (String, Option<String>),
+        kubelet_version: &str,
+        binary: &[u8],
+    ) {
+        assert!(
+            pid_running(self.rt.daemon_pid()),
+            "{phase}: the runtime runs"
+        );
+        check_live(self.rt, self.ctrs, &self.pids, want, phase);
+        assert_eq!(
+            self.kubelet.running(),
+            kubelet_version,
+            "{phase}: the kubelet that runs"
+        );
+        assert!(
+            fs::read(&self.kubelet.path).unwrap() == binary,
+            "{phase}: the kubelet binary's bytes"
+        );
+    }
+
+    /// The state of a finished run: its phase, every window step's duration, down times
+    /// within the budget.
+    fn check_state(&self, phase: &str, want_phase: &str) -> Value {
+        let st = self.state();
+        assert_eq!(st["phase"], want_phase, "{phase}: {st:#}");
+        let budget_ms = st["budget_s"].as_f64().unwrap() * 1e3;
+        for key in ["kubelet_down_ms", "runtime_down_ms"] {
+            if let Some(d) = st[key].as_f64() {
+                assert!(d < budget_ms, "{phase}: {key} {d} ms exceeds the budget");
+            }
+        }
+        for s in st["steps"].as_array().unwrap() {
+            assert!(
+                s["duration_ms"].is_number(),
+                "{phase}: step without a duration: {s}"
+            );
+        }
+        st
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the tests
+// ---------------------------------------------------------------------------------------------
+
+fn root_or_fail(setup: &str) {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "the upgrade live tests start real runtimes and need root; {setup}"
+    );
+}
+
+const SPECS: [(&str, &str); 3] = [
+    ("f001-minimal", "app"),
+    ("f014-resources-2500m-1536Mi-129M", "res"),
+    ("f009-env-fieldref", "envfrom"),
+];
+
+/// One upgrade through the window: exit 4 first (the drifted container restarts whatever we
+/// do; nothing stopped), then with --accept-restarts: exit 0, every container kept, the
+/// runtime serves the target hashes, the new kubelet runs, the window measured.
+fn through_the_window(node: &mut Node<'_>, from: &str, to: &str) {
+    let new = node.kubelet.binary("kubelet-new", &format!("{to}.0"));
+    let old = node.kubelet.old.clone();
+    let old_v = node.kubelet.old_version.clone();
+    let runtime_pid = node.rt.daemon_pid();
+    let mut x = Extra {
+        to: to.into(),
+        kubelet_binary: Some(new.clone()),
+        ..Extra::default()
+    };
+    let o = node.upgrade("without --accept-restarts", &x);
+    expect_code("restarts not accepted", &o, 4);
+    assert_eq!(node.rt.daemon_pid(), runtime_pid, "nothing stopped");
+    node.check("restarts not accepted", &stored_values, &old_v, &old);
+
+    x.accept_restarts = true;
+    let o = node.upgrade("upgrade", &x);
+    expect_code("upgrade", &o, 0);
+    assert_ne!(
+        node.rt.daemon_pid(),
+        runtime_pid,
+        "the runtime was restarted"
+    );
+    node.check(
+        "after the upgrade",
+        &patched_values,
+        &format!("v{to}.0"),
+        &fs::read(&new).unwrap(),
+    );
+    let st = node.check_state("after the upgrade", "done");
+    let backup = PathBuf::from(st["backup_dir"].as_str().unwrap());
+    assert!(
+        fs::read(backup.join("kubelet/kubelet")).unwrap() == old,
+        "the old kubelet is kept"
+    );
+    let rewritten = node
+        .ctrs
+        .iter()
+        .filter(|c| matches!(c.expect, Expect::Rewrite { .. }))
+        .count();
+    assert!(rewritten > 0, "the node has containers to rewrite");
+    assert_eq!(st["rewritten"], rewritten);
+    assert_eq!(st["verified_live"], rewritten);
+    let report: Value = serde_json::from_slice(
+        &fs::read(node.rt.tmp().join(format!("report-{}.json", node.runs))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report["stage"], "patch", "--report is the patch report");
+    eprintln!(
+        "{} {from} → {to}: kubelet down {:.0} ms, runtime down {:.0} ms (budget {} s); steps {}",
+        node.rt.label(),
+        st["kubelet_down_ms"].as_f64().unwrap(),
+        st["runtime_down_ms"].as_f64().unwrap(),
+        st["budget_s"],
+        st["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| format!(
+                "{} {:.0} ms",
+                s["step"].as_str().unwrap(),
+                s["duration_ms"].as_f64().unwrap()
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+fn containerd_line(line: ctd::Line, tag: &str, from: &str, to: &str, with_wr: bool) {
+    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail(ctd::SETUP);
+    let (mut pods, mut ctrs) = node(tag, &SPECS, from, to, with_wr);
+    let rt = Containerd::new(line, &mut pods, &mut ctrs);
+    let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
+    let mut n = Node::new(&rt, &pods, &ctrs, from);
+    through_the_window(&mut n, from, to);
+}
+
+#[test]
+fn upgrade_containerd_1_6_20_from_1_29_to_1_31() {
+    containerd_line(
+        ctd::Line {
+            version: "1.6.20",
+            config_v3: false,
+        },
+        "u16",
+        "1.29",
+        "1.31",
+        true,
+    );
+}
+
+#[test]
+fn upgrade_containerd_2_1_9_from_1_30_to_1_34() {
+    containerd_line(
+        ctd::Line {
+            version: "2.1.9",
+            config_v3: true,
+        },
+        "u21",
+        "1.30",
+        "1.34",
+        false,
+    );
+}
+
+#[test]
+fn upgrade_docker_20_10_from_1_14_to_1_31_and_sigterm_rolls_back() {
+    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail(dkr::SETUP);
+    let (mut pods, mut ctrs) = node("u20", &SPECS, "1.14", "1.31", false);
+    let rt = Docker::new(&mut pods, &mut ctrs);
+    let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
+    let mut n = Node::new(&rt, &pods, &ctrs, "1.14");
+    let old = n.kubelet.old.clone();
+    let old_v = n.kubelet.old_version.clone();
+    // SIGTERM to the tool right after the runtime started: it goes back (dockerd re-serialises
+    // config.v2.json byte-identically, so the bytes come back) and starts the old kubelet.
+    let new = n.kubelet.binary("kubelet-new", "1.31.0");
+    let x = Extra {
+        to: "1.31".into(),
+        kubelet_binary: Some(new),
+        accept_restarts: true,
+        start_runtime: Some(format!("{}; kill -TERM $PPID", rt.start_cmd())),
+        ..Extra::default()
+    };
+    let o = n.upgrade("SIGTERM inside the window", &x);
+    expect_code("SIGTERM", &o, 3);
+    assert!(o.stderr.contains("interrupted"), "{}", o.stderr);
+    n.check("after SIGTERM", &stored_values, &old_v, &old);
+    n.check_state("after SIGTERM", "rolled-back");
+    through_the_window(&mut n, "1.14", "1.31");
+}
+
+#[test]
+fn upgrade_containerd_1_7_24_every_failure_path() {
+    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail(ctd::SETUP);
+    let (from, to) = ("1.30", "1.31");
+    let line = ctd::Line {
+        version: "1.7.24",
+        config_v3: false,
+    };
+    let (mut pods, mut ctrs) = node("u17", &SPECS, from, to, true);
+    let rt = Containerd::new(line, &mut pods, &mut ctrs);
+    let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
+    let mut n = Node::new(&rt, &pods, &ctrs, from);
+    let old = n.kubelet.old.clone();
+    let old_v = n.kubelet.old_version.clone();
+    let new = n.kubelet.binary("kubelet-new", "1.31.0");
+    let new_bytes = fs::read(&new).unwrap();
+    let up = |x: Extra| Extra {
+        to: to.into(),
+        kubelet_binary: Some(new.clone()),
+        accept_restarts: true,
+        ..x
+    };
+
+    // 1. a kubelet binary of another minor: refused, the runtime never restarted
+    let runtime_pid = rt.daemon_pid();
+    let wrong = n.kubelet.binary("kubelet-wrong", "1.30.2");
+    let o = n.upgrade(
+        "wrong kubelet binary",
+        &Extra {
+            kubelet_binary: Some(wrong),
+            ..up(Extra::default())
+        },
+    );
+    expect_code("wrong kubelet binary", &o, 3);
+    assert!(o.stderr.contains("not 1.31"), "{}", o.stderr);
+    assert_eq!(rt.daemon_pid(), runtime_pid, "nothing stopped");
+    n.check("wrong binary", &stored_values, &old_v, &old);
+
+    // 2. the node's kubelet runs with a flag the new one removed: refused
+    n.kubelet.extra = vec!["--network-plugin=cni".into()];
+    n.kubelet.restart();
+    let o = n.upgrade("removed flag", &up(Extra::default()));
+    expect_code("removed flag", &o, 3);
+    assert!(
+        o.stderr.contains("does not accept") && o.stderr.contains("--network-plugin"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(rt.daemon_pid(), runtime_pid, "nothing stopped");
+    n.kubelet.extra.clear();
+    n.kubelet.restart();
+
+    // 3. SIGTERM inside the window (after the runtime started on the patched store): back
+    let o = n.upgrade(
+        "SIGTERM",
+        &up(Extra {
+            start_runtime: Some(format!("{}; kill -TERM $PPID", rt.start_cmd())),
+            ..Extra::default()
+        }),
+    );
+    expect_code("SIGTERM", &o, 3);
+    n.check("after SIGTERM", &stored_values, &old_v, &old);
+    let st = n.check_state("after SIGTERM", "rolled-back");
+    // bytes when containerd has not committed to meta.db since its start, values when it has
+    assert!(
+        st["store_restored"] == "bytes" || st["store_restored"] == "values",
+        "{st:#}"
+    );
+
+    // 4. kill -9 before the patch (right after the runtime stopped), then `upgrade` again:
+    //    nothing was written, so it goes back
+    let o = n.upgrade(
+        "kill -9 before the patch",
+        &up(Extra {
+            stop_runtime: Some(format!("{}; kill -9 $PPID", rt.stop_cmd())),
+            ..Extra::default()
+        }),
+    );
+    assert_eq!(o.code, -1, "killed by SIGKILL");
+    assert_eq!(n.state()["phase"], "window");
+    let o = n.upgrade(
+        "rerun after kill -9 before the patch",
+        &up(Extra::default()),
+    );
+    expect_code("rerun after kill -9 before the patch", &o, 3);
+    n.check(
+        "after kill -9 before the patch",
+        &stored_values,
+        &old_v,
+        &old,
+    );
+    n.check_state("after kill -9 before the patch", "rolled-back");
+
+    // 5. kill -9 after the patch (right after the runtime started), then `upgrade` again:
+    //    the patch was complete and read back, so it goes forward
+    let o = n.upgrade(
+        "kill -9 after the patch",
+        &up(Extra {
+            start_runtime: Some(format!("{}; kill -9 $PPID", rt.start_cmd())),
+            ..Extra::default()
+        }),
+    );
+    assert_eq!(o.code, -1, "killed by SIGKILL");
+    let o = n.upgrade("rerun after kill -9 after the patch", &up(Extra::default()));
+    expect_code("rerun after kill -9 after the patch", &o, 0);
+    n.check(
+        "after kill -9 after the patch",
+        &patched_values,
+        "v1.31.0",
+        &new_bytes,
+    );
+    let st = n.check_state("after kill -9 after the patch", "done");
+    assert_eq!(st["resumed_by"].as_array().unwrap().len(), 1);
+
+    // 6. the way back out: a downgrade to 1.30 with the old binary
+    let old_copy = n.kubelet.dir.join("kubelet-1.30");
+    write_exe(&old_copy, &old);
+    let o = n.upgrade(
+        "downgrade",
+        &Extra {
+            to: from.into(),
+            kubelet_binary: Some(old_copy),
+            accept_restarts: true,
+            ..Extra::default()
+        },
+    );
+    expect_code("downgrade", &o, 0);
+    n.check("after the downgrade", &stored_values, &old_v, &old);
+
+    // 7. kill -9 after the patch, then `rollback --state`: back, whatever the patch got to
+    let o = n.upgrade(
+        "kill -9 after the patch, for rollback",
+        &up(Extra {
+            start_runtime: Some(format!("{}; kill -9 $PPID", rt.start_cmd())),
+            ..Extra::default()
+        }),
+    );
+    assert_eq!(o.code, -1, "killed by SIGKILL");
+    let o = n.rollback_state();
+    expect_code("rollback --state", &o, 3);
+    n.check("after rollback --state", &stored_values, &old_v, &old);
+    n.check_state("after rollback --state", "rolled-back");
+
+    // 8. a runtime stop that kills the containers (a unit with KillMode=control-group): caught
+    //    before anything is written, runtime and kubelet started again
+    let victim = &ctrs[0];
+    let (vpid, _) = n.pids[&victim.id];
+    let o = n.upgrade(
+        "runtime stop kills a container",
+        &up(Extra {
+            stop_runtime: Some(format!("{}; kill -9 {vpid}", rt.stop_cmd())),
+            ..Extra::default()
+        }),
+    );
+    expect_code("runtime stop kills a container", &o, 3);
+    assert!(
+        o.stderr.contains("killed 1 container") && o.stderr.contains("nothing was written"),
+        "{}",
+        o.stderr
+    );
+    assert!(pid_running(rt.daemon_pid()), "the runtime runs again");
+    assert_eq!(n.kubelet.running(), old_v);
+    let survivors: Vec<Ctr> = ctrs.iter().filter(|c| c.id != victim.id).cloned().collect();
+    let pids: BTreeMap<String, (u32, u64)> = n
+        .pids
+        .iter()
+        .filter(|(id, _)| **id != victim.id)
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    check_live(
+        &rt,
+        &survivors,
+        &pids,
+        &stored_values,
+        "after the killing stop",
+    );
+    alive(&rt, &pids, "after the killing stop");
+}
