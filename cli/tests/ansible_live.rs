@@ -824,6 +824,19 @@ fn ansible_rolls_upgrade_over_four_real_runtime_nodes_and_stops_at_a_failed_one(
         &fs::read(nodes[1].path("var/lib/kubelet-rehash/state.json")).unwrap(),
     )
     .unwrap();
+    // the tool's own account (docs/fleet.md): inside the window, undone, the store by bytes
+    assert_eq!(state["phase"], "rolled-back", "node-b's state: {state}");
+    // dockerd rewrites config.v2.json byte-identically on start, so the bytes come back
+    assert_eq!(state["store_restored"], "bytes", "node-b's state: {state}");
+    assert_eq!(
+        state["failure"]["step"], "wait-healthy",
+        "node-b's state: {state}"
+    );
+    assert_eq!(
+        state["rollback_errors"],
+        json!([]),
+        "node-b's state: {state}"
+    );
     eprintln!(
         "run 1: {:.1} s; node-b's state: {}",
         first.took.as_secs_f64(),
