@@ -1,5 +1,6 @@
 //! `kubelet-rehash upgrade` end to end on REAL daemons: private containerd 1.6.20, 1.7.24 and
-//! 2.1.9 and a private dockerd 20.10 (live-restore) with running, kubelet-shaped containers
+//! 2.1.9, a private dockerd 20.10 (live-restore) and a private CRI-O 1.30.14 (built by
+//! scripts/setup-crio.sh) with running, kubelet-shaped containers
 //! (the harnesses of crate testtools, the node shape of e2e_live.rs: proven containers, one
 //! drifted, one orphan), the runtime started and stopped only by the override commands
 //! (`--start-runtime` / `--stop-runtime`, shell scripts over the test's own pid files).
@@ -21,7 +22,7 @@
 //! before and after the patch then `upgrade` / `rollback --state` again, a downgrade with the
 //! old binary, and a runtime stop that kills the containers.
 //!
-//! Needs root, scripts/setup-docker.sh and scripts/setup-containerd.sh. One runtime at a time
+//! Needs root, scripts/setup-docker.sh, scripts/setup-containerd.sh and scripts/setup-crio.sh. One runtime at a time
 //! (testtools' process-wide lock); Drop guards stop what the scripts started, by pid.
 
 use hashcompat::KubeletVersion;
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant};
 use storepatch::live::cri::CriClient;
 use testtools::containerd as ctd;
 use testtools::cri::CriTestCalls;
+use testtools::crio;
 use testtools::docker as dkr;
 
 const HASH: &str = "io.kubernetes.container.hash";
@@ -565,6 +567,98 @@ impl Runtime for Docker {
     }
     fn pidfile(&self) -> PathBuf {
         self.d.path("dockerd.script.pid")
+    }
+}
+
+struct Crio {
+    n: crio::Node,
+}
+
+impl Runtime for Crio {
+    fn label(&self) -> String {
+        format!("cri-o {}", crio::VERSION)
+    }
+    fn store_flags(&self) -> Vec<String> {
+        let p = &self.n.p;
+        vec![
+            "--runtime".into(),
+            "crio".into(),
+            "--root".into(),
+            p.graphroot.display().to_string(),
+            "--runroot".into(),
+            p.runroot.display().to_string(),
+            "--runtime-socket".into(),
+            p.sock.display().to_string(),
+        ]
+    }
+    fn try_live(&self) -> Option<HashMap<String, Live>> {
+        let cri = CriClient::connect(&self.n.endpoint()).ok()?;
+        let list = cri.list_containers().ok()?;
+        Some(
+            list.into_iter()
+                .map(|c| {
+                    let l = Live {
+                        hash: c.annotations.get(HASH).cloned(),
+                        hash_wr: c.annotations.get(HASH_WR).cloned(),
+                        running: c.state == "CONTAINER_RUNNING",
+                        pid: c.pid,
+                    };
+                    (c.id, l)
+                })
+                .collect(),
+        )
+    }
+    fn scheme(&self) -> &'static str {
+        "cri-o"
+    }
+    fn tmp(&self) -> PathBuf {
+        self.n.p.t.clone()
+    }
+    fn start_cmd(&self) -> String {
+        let t = &self.n.p.t;
+        format!(
+            "env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin CONTAINERS_STORAGE_CONF={storage} CONTAINERS_REGISTRIES_CONF={registries} {bin}/crio --config {config} --config-dir {confd} >>{log} 2>&1 </dev/null & echo $! > {pidfile}",
+            storage = t.join("etc/containers/storage.conf").display(),
+            registries = t.join("etc/containers/registries.conf").display(),
+            bin = ctd::workspace().join(".cache/crio/bin").display(),
+            config = self.n.p.config.display(),
+            confd = t.join("etc/crio/crio.conf.d").display(),
+            log = self.n.p.log.display(),
+            pidfile = self.pidfile().display(),
+        )
+    }
+    fn pidfile(&self) -> PathBuf {
+        self.n.p.t.join("crio.script.pid")
+    }
+}
+
+impl Crio {
+    fn new(pods: &mut [PodDef], ctrs: &mut [Ctr]) -> Crio {
+        let mut n = crio::Node::new();
+        let pause = ctd::build_image(&n.p.t, crio::PAUSE_IMAGE, "pause");
+        let app = ctd::build_image(&n.p.t, crio::APP_IMAGE, "app");
+        n.import_image(&pause, crio::PAUSE_IMAGE);
+        n.import_image(&app, crio::APP_IMAGE);
+        let cri = n.start();
+        let app_id = crio::image_id(&cri, crio::APP_IMAGE);
+        crio::image_id(&cri, crio::PAUSE_IMAGE);
+        for (i, p) in pods.iter_mut().enumerate() {
+            let pc = ctd::pod_config_in(&n.p.t, &n.p.cgroup_top, &p.ns, &p.name, &p.uid, true);
+            p.sandbox = cri
+                .run_pod_sandbox(&pc)
+                .unwrap_or_else(|e| panic!("crio: RunPodSandbox {}: {e}", p.name));
+            for c in ctrs.iter_mut().filter(|c| c.pod == i) {
+                let spec = ctd::spec(&c.name, &c.stored, c.stored_wr.as_deref(), true);
+                let cc = ctd::container_config_in(&n.p.t, &pc, &app_id, &spec);
+                c.id = cri
+                    .create_container(&p.sandbox, &cc, &pc)
+                    .unwrap_or_else(|e| panic!("crio: CreateContainer {}: {e}", c.name));
+                cri.start_container(&c.id)
+                    .unwrap_or_else(|e| panic!("crio: StartContainer {}: {e}", c.name));
+            }
+        }
+        n.stop();
+        Crio { n }
     }
 }
 
@@ -1353,4 +1447,15 @@ fn upgrade_containerd_1_7_24_every_failure_path() {
         "after the killing stop",
     );
     alive(&rt, &pids, "after the killing stop");
+}
+
+#[test]
+fn upgrade_crio_1_30_14_from_1_30_to_1_31() {
+    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail(crio::SETUP);
+    let (mut pods, mut ctrs) = node("uc30", &SPECS, "1.30", "1.31", true);
+    let rt = Crio::new(&mut pods, &mut ctrs);
+    let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
+    let mut n = Node::new(&rt, &pods, &ctrs, "1.30");
+    through_the_window(&mut n, "1.30", "1.31");
 }

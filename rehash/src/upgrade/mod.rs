@@ -303,6 +303,8 @@ struct Run<'a> {
     /// The killed run died while starting the runtime: its start command may have run, and
     /// the runtime may still be coming up (a second start would fail on its lock).
     runtime_maybe_starting: bool,
+    /// When this run took over a killed one.
+    resumed_at: Option<Instant>,
 }
 
 impl<'a> Run<'a> {
@@ -329,6 +331,7 @@ impl<'a> Run<'a> {
             preflight_restarts: 0,
             resumed: false,
             runtime_maybe_starting: false,
+            resumed_at: None,
         }
     }
 
@@ -379,6 +382,7 @@ impl<'a> Run<'a> {
             preflight_restarts: 0,
             resumed: true,
             runtime_maybe_starting,
+            resumed_at: Some(Instant::now()),
         }
     }
 
@@ -462,6 +466,16 @@ impl<'a> Run<'a> {
                 self.save();
                 return Ok(self.report(UpgradeResult::RestartsNotAccepted(why)));
             }
+        }
+        if self.interrupted() {
+            let why = "interrupted (SIGINT/SIGTERM) before the window; nothing stopped".to_string();
+            self.state.phase = Phase::Refused;
+            self.state.failure = Some(StepFailure {
+                step: Step::Preflight,
+                cause: why.clone(),
+            });
+            self.save();
+            return Ok(self.report(UpgradeResult::Refused(why)));
         }
         self.state.phase = Phase::Window;
         self.save();
@@ -728,8 +742,14 @@ impl<'a> Run<'a> {
     // the window
     // ------------------------------------------------------------------------------------
 
+    /// When the window's waits give up: the budget from the kubelet's stop; for a run that
+    /// finishes a killed one, the budget from its own start (the budget may be spent already,
+    /// and giving up at once would turn a finished patch into a rollback).
     fn deadline(&self) -> Instant {
-        self.kubelet_down.unwrap_or_else(Instant::now) + self.budget
+        match self.resumed_at {
+            Some(t) => t + self.budget,
+            None => self.kubelet_down.unwrap_or_else(Instant::now) + self.budget,
+        }
     }
 
     fn window(&mut self) -> Result<(), (Step, StepError)> {
@@ -769,8 +789,11 @@ impl<'a> Run<'a> {
 
     fn stop_kubelet(&mut self) -> Result<(), StepError> {
         let pid = self.node.kubelet_pid();
-        self.kubelet_down = Some(Instant::now());
-        self.state.kubelet_stopped_unix_ms = Some(state::unix_ms());
+        // Going back may stop a new kubelet again: the window still began at the first stop.
+        if self.kubelet_down.is_none() {
+            self.kubelet_down = Some(Instant::now());
+            self.state.kubelet_stopped_unix_ms = Some(state::unix_ms());
+        }
         self.state.done.kubelet_up = false;
         self.save();
         self.node.stop_kubelet()?;

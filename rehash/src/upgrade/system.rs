@@ -297,6 +297,102 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     }
 
+    fn fake_systemctl(dir: &Path, out: &str, code: i32) -> SystemNode {
+        use std::os::unix::fs::PermissionsExt;
+        let script = dir.join("systemctl");
+        std::fs::write(&script, format!("#!/bin/sh\necho '{out}'\nexit {code}\n")).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        SystemNode {
+            systemctl: script.display().to_string(),
+            ..SystemNode::systemd(RuntimeKind::Containerd, None)
+        }
+    }
+
+    #[test]
+    fn the_runtime_unit_kill_mode_decides() {
+        let t = tempfile::tempdir().unwrap();
+        let n = fake_systemctl(t.path(), "KillMode=process", 0);
+        assert!(n
+            .runtime_keeps_containers(RuntimeKind::Containerd, "")
+            .is_ok());
+        let n = fake_systemctl(t.path(), "KillMode=none", 0);
+        assert!(n.runtime_keeps_containers(RuntimeKind::Crio, "").is_ok());
+        let n = fake_systemctl(t.path(), "KillMode=control-group", 0);
+        let e = n
+            .runtime_keeps_containers(RuntimeKind::Containerd, "")
+            .unwrap_err();
+        assert!(
+            e.contains("control-group") && e.contains("kills every container"),
+            "{e}"
+        );
+        let n = fake_systemctl(t.path(), "Failed to connect to bus", 1);
+        let e = n
+            .runtime_keeps_containers(RuntimeKind::Containerd, "")
+            .unwrap_err();
+        assert!(e.contains("--stop-runtime"), "{e}");
+        // an operator's stop command is trusted (the window checks the pids after it)
+        let mut n = fake_systemctl(t.path(), "KillMode=control-group", 0);
+        n.runtime_commands_given = true;
+        assert!(n
+            .runtime_keeps_containers(RuntimeKind::Containerd, "")
+            .is_ok());
+        // Docker: only dockerd's own live-restore counts, whatever stops it
+        let e = n
+            .runtime_keeps_containers(
+                RuntimeKind::Docker,
+                &format!("unix://{}/none.sock", t.path().display()),
+            )
+            .unwrap_err();
+        assert!(e.contains("live-restore"), "{e}");
+    }
+
+    #[test]
+    fn healthz_is_a_200() {
+        for (status, want) in [("200 OK", true), ("500 Internal Server Error", false)] {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let url = format!("http://{}/healthz", l.local_addr().unwrap());
+            let server = std::thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                let mut buf = [0u8; 1024];
+                let n = s.read(&mut buf).unwrap();
+                assert!(String::from_utf8_lossy(&buf[..n]).starts_with("GET /healthz HTTP/1.0"));
+                s.write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 2\r\n\r\nok").as_bytes())
+                    .unwrap();
+            });
+            assert_eq!(http_ok(&url, Duration::from_secs(5)), want, "{status}");
+            server.join().unwrap();
+        }
+        assert!(!http_ok(
+            "http://127.0.0.1:1/healthz",
+            Duration::from_secs(1)
+        ));
+        assert!(!http_ok(
+            "https://127.0.0.1/healthz",
+            Duration::from_secs(1)
+        ));
+    }
+
+    #[test]
+    fn a_zombie_is_not_alive_and_the_pidfile_names_the_kubelet() {
+        let n = SystemNode::systemd(RuntimeKind::Containerd, None);
+        assert!(n.pid_alive(std::process::id()));
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // not reaped yet: a zombie
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!n.pid_alive(pid), "a zombie has exited");
+        child.wait().unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let pidfile = t.path().join("kubelet.pid");
+        std::fs::write(&pidfile, format!("{}\n", std::process::id())).unwrap();
+        let n = SystemNode {
+            kubelet_pidfile: Some(pidfile),
+            ..n
+        };
+        assert_eq!(n.kubelet_pid(), Some(std::process::id()));
+        assert!(n.cmdline(std::process::id()).is_some_and(|a| !a.is_empty()));
+    }
+
     #[test]
     fn a_hanging_command_is_killed() {
         let r = run_captured(
