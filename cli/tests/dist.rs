@@ -94,7 +94,9 @@ fn version_names_the_kubelet_range_and_every_bundled_runtime() {
 fn completions_for_bash_zsh_and_fish_name_every_subcommand() {
     for shell in ["bash", "zsh", "fish"] {
         let script = stdout_of(&["completions", shell]);
-        for sub in ["plan", "patch", "verify", "rollback", "hash", "versions"] {
+        for sub in [
+            "plan", "patch", "verify", "rollback", "upgrade", "hash", "versions",
+        ] {
             assert!(script.contains(sub), "{shell} completions name {sub}");
         }
         assert!(
@@ -137,6 +139,7 @@ fn man_writes_one_page_per_visible_command_and_stays_out_of_help() {
         "kubelet-rehash-patch.1",
         "kubelet-rehash-plan.1",
         "kubelet-rehash-rollback.1",
+        "kubelet-rehash-upgrade.1",
         "kubelet-rehash-verify.1",
         "kubelet-rehash-versions.1",
         "kubelet-rehash.1",

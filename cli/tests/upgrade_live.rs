@@ -18,12 +18,13 @@
 //! after an upgrade and the original ones after a rollback; the kubelet binary's bytes; the
 //! version of the kubelet that runs; the state file (phase, steps, measured down times within
 //! the budget). Failure paths on containerd 1.7: a wrong kubelet binary and a removed flag
-//! (refused, the runtime never restarted), SIGTERM to the tool inside the window, `kill -9`
-//! before and after the patch then `upgrade` / `rollback --state` again, a downgrade with the
-//! old binary, and a runtime stop that kills the containers.
+//! (refused, the runtime never restarted), SIGTERM to the tool inside the window, SIGINT and
+//! then SIGTERM, `kill -9` before and after the patch then `upgrade` / `rollback --state`
+//! again, a downgrade with the old binary, and a runtime stop that kills the containers.
 //!
-//! Needs root, scripts/setup-docker.sh, scripts/setup-containerd.sh and scripts/setup-crio.sh. One runtime at a time
-//! (testtools' process-wide lock); Drop guards stop what the scripts started, by pid.
+//! Needs root, python3, scripts/setup-docker.sh, scripts/setup-containerd.sh and
+//! scripts/setup-crio.sh. One runtime at a time (testtools' process-wide lock); Drop guards
+//! stop what the scripts started, by pid.
 
 use hashcompat::KubeletVersion;
 use serde_json::{json, Value};
@@ -772,7 +773,7 @@ fn start_runtime(rt: &dyn Runtime) {
 /// its version into the file --running-marker names.
 fn kubelet_program(version: &str, removed: &[&str]) -> String {
     format!(
-        r#"#!/usr/bin/python3
+        r#"#!/usr/bin/env python3
 import http.server, sys
 VERSION = "v{version}"
 REMOVED = {removed:?}
@@ -1124,6 +1125,14 @@ fn root_or_fail(setup: &str) {
         0,
         "the upgrade live tests start real runtimes and need root; {setup}"
     );
+    // the kubelet stand-in is a Python program
+    assert!(
+        Command::new("python3")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "python3 is missing: the kubelet stand-in of these tests is a Python program"
+    );
 }
 
 const SPECS: [(&str, &str); 3] = [
@@ -1339,6 +1348,24 @@ fn upgrade_containerd_1_7_24_every_failure_path() {
         "{st:#}"
     );
 
+    // 3b. SIGINT and then SIGTERM right after the runtime stopped (an operator's Ctrl-C, then
+    //     a supervisor's stop): one safe way back, nothing written
+    let o = n.upgrade(
+        "SIGINT then SIGTERM",
+        &up(Extra {
+            stop_runtime: Some(format!(
+                "{}; kill -INT $PPID; sleep 0.1; kill -TERM $PPID",
+                rt.stop_cmd()
+            )),
+            ..Extra::default()
+        }),
+    );
+    expect_code("SIGINT then SIGTERM", &o, 3);
+    assert!(o.stderr.contains("interrupted"), "{}", o.stderr);
+    n.check("after SIGINT then SIGTERM", &stored_values, &old_v, &old);
+    let st = n.check_state("after SIGINT then SIGTERM", "rolled-back");
+    assert_eq!(st["done"]["patch_started"], false, "nothing written");
+
     // 4. kill -9 before the patch (right after the runtime stopped), then `upgrade` again:
     //    nothing was written, so it goes back
     let o = n.upgrade(
@@ -1362,6 +1389,16 @@ fn upgrade_containerd_1_7_24_every_failure_path() {
         &old,
     );
     n.check_state("after kill -9 before the patch", "rolled-back");
+    let beside: Vec<String> = fs::read_dir(n.kubelet.path.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        beside,
+        ["kubelet"],
+        "the staged binary the killed run left is swept"
+    );
 
     // 5. kill -9 after the patch (right after the runtime started), then `upgrade` again:
     //    the patch was complete and read back, so it goes forward

@@ -36,6 +36,8 @@ struct FakeNode {
     kubelet_up: Cell<bool>,
     runtime_up: Cell<bool>,
     fault: Cell<Fault>,
+    /// Dies at this step too (a second fault: killed while going back).
+    kill_also: Cell<Option<Step>>,
     /// Stopping the runtime kills the containers (KillMode=control-group).
     runtime_stop_kills: bool,
     containers_dead: Cell<bool>,
@@ -58,6 +60,7 @@ impl FakeNode {
             kubelet_up: Cell::new(true),
             runtime_up: Cell::new(true),
             fault: Cell::new(Fault::None),
+            kill_also: Cell::new(None),
             runtime_stop_kills: false,
             containers_dead: Cell::new(false),
             never_healthy: Cell::new(false),
@@ -146,6 +149,9 @@ impl NodeControl for FakeNode {
         })
     }
     fn before(&self, step: Step) -> Result<(), String> {
+        if self.kill_also.get() == Some(step) {
+            std::panic::panic_any(Killed);
+        }
         match self.fault.get() {
             Fault::Fail(s) if s == step => Err(format!("injected failure at {step:?}")),
             Fault::Signal(s) if s == step => {
@@ -658,4 +664,47 @@ fn when_going_back_fails_too_the_result_says_so() {
     // the store and the binary were still put back
     assert_eq!(std::fs::read(&s.kubelet).unwrap(), OLD_KUBELET);
     assert!(pending(&s) > 0, "the store holds the old hashes again");
+}
+
+#[test]
+fn killed_while_going_back_the_next_run_goes_on_back() {
+    for undo in [
+        Step::UndoStopRuntime,
+        Step::UndoStore,
+        Step::UndoKubeletBinary,
+        Step::UndoStartRuntime,
+        Step::UndoStartKubelet,
+    ] {
+        let s = setup("containerd-1.7", "1.31");
+        let before = snapshot(&s);
+        let interrupt = flag();
+        let fake = FakeNode::new(interrupt);
+        // verify --live fails after the runtime started on the patched store; going back dies
+        fake.fault.set(Fault::Fail(Step::VerifyLive));
+        fake.kill_also.set(Some(undo));
+        let opts = options(&s, interrupt);
+        let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rehash::upgrade(&opts, &fake)
+        }));
+        assert!(died.is_err(), "killed at {undo:?}");
+        let left = rehash::UpgradeState::read(&s.state).unwrap().unwrap();
+        assert_eq!(left.phase, Phase::RollingBack, "{undo:?}");
+        fake.fault.set(Fault::None);
+        fake.kill_also.set(None);
+        let r = rehash::upgrade(&opts, &fake).unwrap();
+        let what = format!("killed at {undo:?} while going back");
+        assert!(
+            matches!(
+                r.result,
+                UpgradeResult::RolledBack {
+                    step: Step::VerifyLive,
+                    ..
+                }
+            ),
+            "{what}: {:?}",
+            r.result
+        );
+        assert!(fake.safe(), "{what}: kubelet and runtime run");
+        assert_same(&before, &s, &what);
+    }
 }

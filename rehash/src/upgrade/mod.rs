@@ -186,7 +186,25 @@ pub fn upgrade(opts: &UpgradeOptions, node: &dyn NodeControl) -> Result<UpgradeR
     // services under this one.
     let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     let previous = UpgradeState::read(&opts.state_path)?;
+    // A killed run may have left the new kubelet staged beside the installed one.
+    let kubelet_path = match previous.as_ref().filter(|p| p.unfinished()) {
+        Some(p) => PathBuf::from(&p.kubelet_path),
+        None => opts.kubelet_path.clone(),
+    };
+    sweep_kubelet_temps(&kubelet_path);
     if let Some(prev) = previous.as_ref().filter(|p| p.unfinished()) {
+        let here = store.root().display().to_string();
+        if prev.root != here || prev.runtime != store.kind() {
+            return Err(Error::Report {
+                reason: format!(
+                    "{}: the unfinished run it records is of the {} store at {}, not of the {} store at {here}: finish it with that store's flags",
+                    opts.state_path.display(),
+                    prev.runtime.name(),
+                    prev.root,
+                    store.kind().name()
+                ),
+            });
+        }
         let mut run = Run::resume(opts, node, store.as_ref(), prev.clone());
         return Ok(run.finish_interrupted_run());
     }
@@ -265,6 +283,7 @@ pub fn rollback_state(
         endpoint: None,
         interrupt,
     };
+    sweep_kubelet_temps(&opts.kubelet_path);
     let mut run = Run::resume(&opts, node, store.as_ref(), prev);
     let (step, cause) = match &run.state.failure {
         Some(f) => (f.step, f.cause.clone()),
@@ -273,7 +292,7 @@ pub fn rollback_state(
             "an earlier run was killed mid-window; rolled back by `rollback --state`".into(),
         ),
     };
-    Ok(run.roll_back(step, cause, true))
+    Ok(run.roll_back(step, cause))
 }
 
 /// Why a window step failed.
@@ -305,6 +324,9 @@ struct Run<'a> {
     runtime_maybe_starting: bool,
     /// When this run took over a killed one.
     resumed_at: Option<Instant>,
+    /// The new kubelet binary, written and made durable beside the installed one during the
+    /// preflight: the window's install is then one rename.
+    staged_kubelet: Option<storepatch::atomic::StagedFile>,
 }
 
 impl<'a> Run<'a> {
@@ -332,6 +354,7 @@ impl<'a> Run<'a> {
             resumed: false,
             runtime_maybe_starting: false,
             resumed_at: None,
+            staged_kubelet: None,
         }
     }
 
@@ -383,6 +406,7 @@ impl<'a> Run<'a> {
             resumed: true,
             runtime_maybe_starting,
             resumed_at: Some(Instant::now()),
+            staged_kubelet: None,
         }
     }
 
@@ -481,7 +505,7 @@ impl<'a> Run<'a> {
         self.save();
         Ok(match self.window() {
             Ok(()) => self.finish_done(),
-            Err((step, e)) => self.after_window_failure(step, e.0),
+            Err((step, e)) => self.roll_back(step, e.0),
         })
     }
 
@@ -499,12 +523,6 @@ impl<'a> Run<'a> {
         self.state.measured = Measured::from_steps(&self.state.steps, &self.state.measured);
         self.save();
         self.report(UpgradeResult::Done)
-    }
-
-    fn after_window_failure(&mut self, step: Step, cause: String) -> UpgradeReport {
-        // Nothing written (a failure before the patch): going back only starts the runtime
-        // and the kubelet again.
-        self.roll_back(step, cause, false)
     }
 
     // ------------------------------------------------------------------------------------
@@ -615,6 +633,22 @@ impl<'a> Run<'a> {
                 "{}; nothing stopped (accept with --accept-restarts)",
                 plan.summary.sentence
             )));
+        }
+        if let Some(new) = &self.opts.new_kubelet {
+            // Written and fsynced now, with nothing stopped: a 100 MB binary costs the window
+            // one rename instead of a copy.
+            let staged = storepatch::atomic::read_regular_nofollow(new).and_then(|(bytes, _)| {
+                storepatch::atomic::stage_file(&self.opts.kubelet_path, &bytes, binary_meta())
+            });
+            match staged {
+                Ok(s) => self.staged_kubelet = Some(s),
+                Err(e) => {
+                    return refuse(format!(
+                        "cannot stage the new kubelet beside {}: {e}",
+                        self.opts.kubelet_path.display()
+                    ))
+                }
+            }
         }
         Ok(())
     }
@@ -874,10 +908,17 @@ impl<'a> Run<'a> {
 
     fn patch(&mut self) -> Result<(), StepError> {
         // Planned again from the stopped store: the runtime may have changed it meanwhile.
+        // Against the version the preflight found (every candidate of `--from auto` plans the
+        // same actions): hashing two versions instead of all of them keeps the window short,
+        // and a container changed since is unproven here and counted below.
+        let from = match self.state.from {
+            Some(v) => From::Version(v),
+            None => self.opts.from,
+        };
         let plan = Plan::build_with(
             &self.opts.pods,
             self.store,
-            self.opts.from,
+            from,
             self.opts.to,
             &self.opts.node_files,
         )?;
@@ -927,9 +968,18 @@ impl<'a> Run<'a> {
         }
         self.state.done.binary_install_started = true;
         self.save();
-        let (bytes, _) = storepatch::atomic::read_regular_nofollow(&new)
-            .map_err(|e| StepError(format!("the new kubelet {}: {e}", new.display())))?;
-        install_file(path, &bytes, 0o755)?;
+        match self.staged_kubelet.take() {
+            Some(staged) => {
+                staged.commit()?;
+                storepatch::atomic::sync_dir(path.parent().unwrap_or(Path::new("/")))?;
+            }
+            // A run that finishes a killed one has nothing staged.
+            None => {
+                let (bytes, _) = storepatch::atomic::read_regular_nofollow(&new)
+                    .map_err(|e| StepError(format!("the new kubelet {}: {e}", new.display())))?;
+                storepatch::atomic::replace_file(path, &bytes, binary_meta())?;
+            }
+        }
         self.state.done.binary_installed = true;
         Ok(())
     }
@@ -1049,12 +1099,16 @@ impl<'a> Run<'a> {
             "run {} found this state unfinished (killed?) and finished it",
             std::process::id()
         ));
-        if self.state.done.patched && self.state.report.is_some() {
+        // Forward only from inside the window: a run killed while going back goes on back.
+        if self.state.phase == Phase::Window
+            && self.state.done.patched
+            && self.state.report.is_some()
+        {
             self.state.phase = Phase::Window;
             self.save();
             match self.forward() {
                 Ok(()) => self.finish_done(),
-                Err((step, e)) => self.roll_back(step, e.0, false),
+                Err((step, e)) => self.roll_back(step, e.0),
             }
         } else {
             let step = self.state.last_step();
@@ -1062,25 +1116,43 @@ impl<'a> Run<'a> {
                 step,
                 "an earlier run was killed mid-window before its patch was complete; rolled back"
                     .into(),
-                false,
             )
         }
     }
 
     /// Undoes whatever the state says was done, and starts the runtime and the old kubelet.
-    /// `explicit`: asked for by `rollback --state`.
-    fn roll_back(&mut self, step: Step, cause: String, explicit: bool) -> UpgradeReport {
-        if self.state.failure.is_none() || !explicit {
-            self.state.failure = Some(StepFailure {
-                step,
-                cause: cause.clone(),
-            });
-        }
+    fn roll_back(&mut self, step: Step, cause: String) -> UpgradeReport {
+        // The first failure is the one to report: a run that finishes a killed one going back
+        // keeps the killed run's reason when it had one.
+        let first = self
+            .state
+            .failure
+            .get_or_insert(StepFailure { step, cause })
+            .clone();
+        let (step, cause) = (first.step, first.cause);
         self.state.phase = Phase::RollingBack;
         self.kubelet_down.get_or_insert_with(Instant::now);
         self.save();
         let mut errors: Vec<String> = Vec::new();
         let wrote = self.state.done.patch_started || self.state.done.binary_install_started;
+        // A killed run may have started a service without recording it: what runs is what
+        // counts. A runtime it was starting may not answer yet: given its grace first, so the
+        // store is never restored under a runtime that then loads the patched one.
+        if !self.state.done.kubelet_up && self.node.kubelet_pid().is_some() {
+            self.state.done.kubelet_up = true;
+        }
+        if !self.state.done.runtime_up {
+            let kind = self.store.kind();
+            let endpoint = self.endpoint();
+            if std::mem::take(&mut self.runtime_maybe_starting) {
+                let grace = Instant::now() + RUNTIME_START_GRACE;
+                let _ = wait_until(grace, || self.node.runtime_answers(kind, &endpoint));
+            }
+            if self.node.runtime_answers(kind, &endpoint) || self.store.ensure_stopped().is_err() {
+                self.state.done.runtime_up = true;
+            }
+        }
+        self.save();
         // 1. the new kubelet must not run on the old store
         if self.state.done.kubelet_up && wrote {
             if let Err(e) = self.step(Step::UndoStopKubelet, |r| r.stop_kubelet()) {
@@ -1283,48 +1355,71 @@ fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> Result<(), (
     }
 }
 
-/// Writes `bytes` to `path` atomically (temp in the same directory, fsync, rename, directory
-/// fsync), mode `mode`, owned by root as binaries are; a symbolic link at `path` is replaced.
-fn install_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StoreError> {
-    let meta = storepatch::atomic::FileMeta {
-        mode,
-        ..storepatch::atomic::FileMeta::private()
-    };
-    storepatch::atomic::replace_file(path, bytes, meta)
+/// Removes the temp files killed runs left beside the kubelet binary (the staged new binary,
+/// a half-made restore): only ours (`.<name>.rehash-tmp-<pid>`), only of dead pids. Best
+/// effort: a leftover costs disk space, not safety.
+fn sweep_kubelet_temps(kubelet_path: &Path) {
+    if let Some(dir) = kubelet_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = storepatch::atomic::sweep_stale_temps(dir, 1);
+    }
 }
 
-/// Saves the installed kubelet at `path` into `backup`: a regular file is copied (mode and
-/// owner kept), a symbolic link is recorded as its target. Returns what the state records:
-/// `file:<backup>` or `symlink:<target>`.
+/// A kubelet binary: mode 0755, owned by whoever runs the upgrade (root on a node).
+fn binary_meta() -> storepatch::atomic::FileMeta {
+    storepatch::atomic::FileMeta {
+        mode: 0o755,
+        ..storepatch::atomic::FileMeta::private()
+    }
+}
+
+/// Saves the installed kubelet at `path` into `backup`: a regular file is hard-linked (the
+/// install replaces `path` by a rename, so the old inode keeps the old bytes; a copy when
+/// they are on different file systems), a symbolic link is recorded as its target. Returns
+/// what the state records: `file:<backup>` or `symlink:<target>`.
 fn save_binary(path: &Path, backup: &Path) -> Result<String, StoreError> {
     let meta = std::fs::symlink_metadata(path).map_err(|e| StoreError::io(path, e))?;
     if meta.file_type().is_symlink() {
         let target = std::fs::read_link(path).map_err(|e| StoreError::io(path, e))?;
         return Ok(format!("symlink:{}", target.display()));
     }
-    let (bytes, fmeta) = storepatch::atomic::read_regular_nofollow(path)?;
-    storepatch::atomic::replace_file(backup, &bytes, fmeta)?;
+    if !meta.file_type().is_file() {
+        return Err(StoreError::Refused(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    let _ = std::fs::remove_file(backup);
+    if std::fs::hard_link(path, backup).is_err() {
+        let (bytes, fmeta) = storepatch::atomic::read_regular_nofollow(path)?;
+        storepatch::atomic::replace_file(backup, &bytes, fmeta)?;
+    }
+    storepatch::atomic::sync_dir(backup.parent().unwrap_or(Path::new("/")))?;
     Ok(format!("file:{}", backup.display()))
 }
 
+/// Puts the saved kubelet back at `path` by a rename over it (from a hard link of the backup
+/// beside `path`, or a copy across file systems), or recreates the symbolic link.
 fn restore_binary(saved: &str, path: &Path) -> Result<(), StoreError> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let tmp = dir.join(format!(
+        ".{}.rehash-tmp-{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
     if let Some(target) = saved.strip_prefix("symlink:") {
-        let dir = path.parent().unwrap_or(Path::new("/"));
-        let tmp = dir.join(format!(
-            ".{}.kubelet-rehash-{}",
-            path.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default(),
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(target, &tmp).map_err(|e| StoreError::io(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
-        return storepatch::atomic::sync_dir(dir);
+    } else {
+        let file = Path::new(saved.strip_prefix("file:").unwrap_or(saved));
+        if std::fs::hard_link(file, &tmp).is_err() {
+            let (bytes, meta) = storepatch::atomic::read_regular_nofollow(file)?;
+            return storepatch::atomic::replace_file(path, &bytes, meta);
+        }
     }
-    let file = saved.strip_prefix("file:").unwrap_or(saved);
-    let (bytes, meta) = storepatch::atomic::read_regular_nofollow(Path::new(file))?;
-    storepatch::atomic::replace_file(path, &bytes, meta)
+    std::fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
+    storepatch::atomic::sync_dir(dir)
 }
 
 #[cfg(test)]
