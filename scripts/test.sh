@@ -18,6 +18,8 @@ scripts/setup-crio.sh
 scripts/setup-cri-dockerd.sh
 # Go bbolt's own check, run by the tests on every meta.db they write (.cache/bin/bbolt-check)
 scripts/setup-bbolt-check.sh
+# Debian's ansible-core unpacked into .cache/ansible (cli/tests/ansible_live.rs drives deploy/ansible/)
+scripts/setup-ansible.sh
 
 cargo test --workspace --release --no-fail-fast
 
