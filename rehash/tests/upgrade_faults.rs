@@ -55,6 +55,10 @@ struct FakeNode {
     calls: RefCell<Vec<String>>,
     /// The library said the runtime's stop and start now cover cri-dockerd.
     told_switch: Cell<bool>,
+    /// A cri-dockerd that answers at its socket until the runtime's stop covers it.
+    cri_dockerd: RefCell<Option<std::os::unix::net::UnixListener>>,
+    /// The runtime's stop leaves cri-dockerd running (an operator's command that forgot it).
+    stop_leaves_cri_dockerd: bool,
     /// The endpoints `verify --live` was asked at.
     verified_at: RefCell<Vec<Option<String>>>,
     interrupt: &'static AtomicBool,
@@ -80,6 +84,8 @@ impl FakeNode {
             ],
             calls: RefCell::new(Vec::new()),
             told_switch: Cell::new(false),
+            cri_dockerd: RefCell::new(None),
+            stop_leaves_cri_dockerd: false,
             verified_at: RefCell::new(Vec::new()),
             interrupt,
             real: SystemNode::systemd(RuntimeKind::Containerd, None),
@@ -111,6 +117,9 @@ impl NodeControl for FakeNode {
     fn stop_runtime(&self) -> Result<(), String> {
         self.call("stop-runtime");
         self.runtime_up.set(false);
+        if self.told_switch.get() && !self.stop_leaves_cri_dockerd {
+            self.cri_dockerd.borrow_mut().take();
+        }
         if self.runtime_stop_kills {
             self.containers_dead.set(true);
         }
@@ -831,5 +840,45 @@ fn docker_across_1_24_copies_dockershims_checkpoints_and_a_later_failure_removes
             !target.exists() || std::fs::read_dir(&target).unwrap().next().is_none(),
             "{failing:?}: cri-dockerd's sandbox directory is empty"
         );
+    }
+}
+
+#[test]
+fn a_running_cri_dockerd_is_stopped_with_the_runtime_and_refused_in_the_window_if_it_is_not() {
+    for stop_leaves_it in [false, true] {
+        let s = setup("docker-20.10", "1.24");
+        dockershim_node(&s);
+        let sock = s.node.dir.join("var/run/cri-dockerd.sock");
+        std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+        let before = snapshot(&s);
+        let interrupt = flag();
+        let mut fake = FakeNode::new(interrupt);
+        fake.stop_leaves_cri_dockerd = stop_leaves_it;
+        *fake.cri_dockerd.borrow_mut() =
+            Some(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+        assert!(fake.safe(), "kubelet and runtime run");
+        if stop_leaves_it {
+            // written into while cri-dockerd runs, its checkpoints would race its own writes
+            match &r.result {
+                UpgradeResult::RolledBack { step, cause } => {
+                    assert_eq!(*step, Step::Patch, "{cause}");
+                    assert!(cause.contains("cri-dockerd-running"), "{cause}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_same(&before, &s, "cri-dockerd still running at the patch");
+        } else {
+            // the preflight runs with everything up: the window stops cri-dockerd
+            assert_eq!(r.result, UpgradeResult::Done, "{:#?}", r.state);
+            assert!(
+                r.state
+                    .notes
+                    .iter()
+                    .any(|n| n.contains("cri-dockerd answers")),
+                "{:?}",
+                r.state.notes
+            );
+        }
     }
 }

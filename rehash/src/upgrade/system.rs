@@ -353,6 +353,48 @@ mod tests {
     }
 
     #[test]
+    fn a_docker_node_switching_to_cri_dockerd_stops_and_starts_its_units_around_dockerd() {
+        let t = tempfile::tempdir().unwrap();
+        let log = t.path().join("log");
+        let n = SystemNode::systemd(RuntimeKind::Docker, None);
+        assert_eq!(
+            n.stop_cri_dockerd.as_deref(),
+            Some("systemctl stop cri-docker.socket cri-docker.service")
+        );
+        assert_eq!(
+            n.start_cri_dockerd.as_deref(),
+            Some("systemctl start cri-docker.socket cri-docker.service")
+        );
+        let echo = |w: &str| format!("echo {w} >> {}", shell_quote(&log.display().to_string()));
+        let n = SystemNode {
+            stop_runtime: echo("stop-docker"),
+            start_runtime: echo("start-docker"),
+            stop_cri_dockerd: Some(echo("stop-cri-dockerd")),
+            start_cri_dockerd: Some(echo("start-cri-dockerd")),
+            ..n
+        };
+        let ran = || std::fs::read_to_string(&log).unwrap_or_default();
+        n.stop_runtime().unwrap();
+        n.start_runtime().unwrap();
+        assert_eq!(
+            ran(),
+            "stop-docker\nstart-docker\n",
+            "no switch: dockerd alone"
+        );
+        std::fs::remove_file(&log).unwrap();
+        n.switching_to_cri_dockerd();
+        n.stop_runtime().unwrap();
+        n.start_runtime().unwrap();
+        assert_eq!(
+            ran(),
+            "stop-cri-dockerd\nstop-docker\nstart-docker\nstart-cri-dockerd\n"
+        );
+        assert!(SystemNode::systemd(RuntimeKind::Containerd, None)
+            .stop_cri_dockerd
+            .is_none());
+    }
+
+    #[test]
     fn the_runtime_unit_kill_mode_decides() {
         let t = tempfile::tempdir().unwrap();
         let n = fake_systemctl(t.path(), "KillMode=process", 0);
