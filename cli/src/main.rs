@@ -334,6 +334,20 @@ struct NodeFlags {
 }
 
 impl NodeFlags {
+    /// The dockershim → cri-dockerd switch's paths as given (defaults under `--host-root`).
+    fn switch_options(
+        &self,
+        store: &StoreFlags,
+    ) -> Result<rehash::cri_dockerd::SwitchOptions, Failure> {
+        Ok(rehash::cri_dockerd::SwitchOptions {
+            binary: self.cri_dockerd.clone(),
+            dockershim_dir: self.dockershim_checkpoints.clone(),
+            root: self.cri_dockerd_root.clone(),
+            endpoint: self.cri_dockerd_endpoint.clone(),
+            host_root: store.location()?.host_root,
+        })
+    }
+
     /// Reads what the flags name; a default path that is not there is simply not read, a
     /// path given explicitly must be. Defaults are the node's paths, under `--host-root`.
     fn read(&self, store: &StoreFlags) -> Result<NodeFiles, Failure> {
@@ -469,13 +483,7 @@ fn plan_node(
 ) -> Result<PlannedNode, Failure> {
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
-    let switch = rehash::cri_dockerd::SwitchOptions {
-        binary: node.cri_dockerd.clone(),
-        dockershim_dir: node.dockershim_checkpoints.clone(),
-        root: node.cri_dockerd_root.clone(),
-        endpoint: node.cri_dockerd_endpoint.clone(),
-        host_root: store.location()?.host_root,
-    };
+    let switch = node.switch_options(store)?;
     let node = node.read(store)?;
     let location = store.location()?;
     let store = location.open()?;

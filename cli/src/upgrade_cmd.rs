@@ -29,7 +29,9 @@ pub struct ServiceFlags {
     start_kubelet: Option<String>,
     /// Shell command that stops the runtime (trusted to leave the containers running; their
     /// pids are checked after it). Default: systemctl stop <the runtime's unit>, after checking
-    /// that the unit's KillMode is process or none.
+    /// that the unit's KillMode is process or none; a Docker node switching to cri-dockerd
+    /// stops cri-docker.socket and cri-docker.service first (a command given here must stop
+    /// cri-dockerd too, and --start-runtime start it).
     #[arg(long, value_name = "CMD")]
     stop_runtime: Option<String>,
     /// Shell command that starts the runtime. Default: systemctl start <the runtime's unit>.
@@ -69,6 +71,9 @@ impl ServiceFlags {
         if let Some(c) = &self.stop_runtime {
             n.stop_runtime = c.clone();
             n.runtime_commands_given = true;
+            // the operator's commands are trusted to cover cri-dockerd too (docs/upgrade.md)
+            n.stop_cri_dockerd = None;
+            n.start_cri_dockerd = None;
         }
         if let Some(c) = &self.start_runtime {
             n.start_runtime = c.clone();
@@ -110,7 +115,8 @@ pub struct UpgradeFlags {
     /// As for `patch`: move checkpoints the target kubelet rejects into the backup.
     #[arg(long)]
     set_aside_checkpoints: bool,
-    /// Runtime API endpoint for the live verification (default: the store's).
+    /// Runtime API endpoint for the live verification (default: the store's; a Docker node
+    /// switching to cri-dockerd is verified at --cri-dockerd-endpoint).
     #[arg(long)]
     endpoint: Option<String>,
     #[command(flatten)]
@@ -171,6 +177,7 @@ pub fn cmd_upgrade(
         crate::refuse_report_symlink(path)?;
     }
     let node_files = plan.node.read(&plan.store)?;
+    let cri_dockerd = plan.node.switch_options(&plan.store)?;
     let location = plan.store.location()?;
     let kind = location.open()?.kind();
     let pods =
@@ -200,6 +207,7 @@ pub fn cmd_upgrade(
         healthz: f.services.kubelet_healthz.clone(),
         accept_restarts: f.accept_restarts,
         endpoint: f.endpoint.clone(),
+        cri_dockerd,
         interrupt: &INTERRUPTED,
     };
     catch_signals();

@@ -142,6 +142,7 @@ fn main() {
                 healthz: "http://benchmark/healthz".into(),
                 accept_restarts: true,
                 endpoint: None,
+                cri_dockerd: rehash::cri_dockerd::SwitchOptions::default(),
                 interrupt: &INTERRUPT,
             };
             let node = InstantNode {

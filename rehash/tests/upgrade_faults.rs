@@ -12,6 +12,9 @@
 
 mod common;
 
+use rehash::cri_dockerd::checkpoint::{CheckpointData, SandboxCheckpoint};
+use rehash::cri_dockerd::SwitchOptions;
+use rehash::plan::RecordClass;
 use rehash::upgrade::{NodeControl, Phase, Step, SystemNode, UpgradeOptions, UpgradeResult};
 use rehash::{Error, From, LiveVerification, NodeFiles, Plan};
 use std::cell::{Cell, RefCell};
@@ -50,6 +53,14 @@ struct FakeNode {
     starts_fail: Cell<bool>,
     kubelet_args: Vec<String>,
     calls: RefCell<Vec<String>>,
+    /// The library said the runtime's stop and start now cover cri-dockerd.
+    told_switch: Cell<bool>,
+    /// A cri-dockerd that answers at its socket until the runtime's stop covers it.
+    cri_dockerd: RefCell<Option<std::os::unix::net::UnixListener>>,
+    /// The runtime's stop leaves cri-dockerd running (an operator's command that forgot it).
+    stop_leaves_cri_dockerd: bool,
+    /// The endpoints `verify --live` was asked at.
+    verified_at: RefCell<Vec<Option<String>>>,
     interrupt: &'static AtomicBool,
     real: SystemNode,
 }
@@ -72,6 +83,10 @@ impl FakeNode {
                 "--container-runtime-endpoint=unix:///run/containerd/containerd.sock".into(),
             ],
             calls: RefCell::new(Vec::new()),
+            told_switch: Cell::new(false),
+            cri_dockerd: RefCell::new(None),
+            stop_leaves_cri_dockerd: false,
+            verified_at: RefCell::new(Vec::new()),
             interrupt,
             real: SystemNode::systemd(RuntimeKind::Containerd, None),
         }
@@ -102,6 +117,9 @@ impl NodeControl for FakeNode {
     fn stop_runtime(&self) -> Result<(), String> {
         self.call("stop-runtime");
         self.runtime_up.set(false);
+        if self.told_switch.get() && !self.stop_leaves_cri_dockerd {
+            self.cri_dockerd.borrow_mut().take();
+        }
         if self.runtime_stop_kills {
             self.containers_dead.set(true);
         }
@@ -139,8 +157,21 @@ impl NodeControl for FakeNode {
     fn runtime_answers(&self, _: RuntimeKind, _: &str) -> bool {
         self.runtime_up.get()
     }
-    fn verify_live(&self, report: &Plan, _: Option<&str>) -> Result<LiveVerification, Error> {
+    fn switching_to_cri_dockerd(&self) {
+        self.told_switch.set(true);
+    }
+    fn cri_dockerd_answers(&self, _: &str) -> bool {
+        self.runtime_up.get()
+    }
+    fn verify_live(
+        &self,
+        report: &Plan,
+        endpoint: Option<&str>,
+    ) -> Result<LiveVerification, Error> {
         assert!(self.runtime_up.get(), "verify --live with the runtime down");
+        self.verified_at
+            .borrow_mut()
+            .push(endpoint.map(str::to_string));
         // What the runtime would serve is what its store holds.
         Ok(LiveVerification {
             endpoint: "fake".into(),
@@ -234,6 +265,11 @@ fn options(s: &Setup, interrupt: &'static AtomicBool) -> UpgradeOptions {
         healthz: "http://fake/healthz".into(),
         accept_restarts: true,
         endpoint: None,
+        // the node's own paths, never this machine's /var/lib
+        cri_dockerd: SwitchOptions {
+            host_root: Some(s.node.dir.clone()),
+            ..SwitchOptions::default()
+        },
         interrupt,
     }
 }
@@ -706,5 +742,143 @@ fn killed_while_going_back_the_next_run_goes_on_back() {
         );
         assert!(fake.safe(), "{what}: kubelet and runtime run");
         assert_same(&before, &s, &what);
+    }
+}
+
+/// The bundled Docker 20.10 node (kubelet 1.14) as it is before the switch: a cri-dockerd
+/// binary under its root that answers `--version` as 0.4.1 does, and dockershim's checkpoint
+/// (dockershim's checksum) for every running sandbox. Returns the sandbox ids.
+fn dockershim_node(s: &Setup) -> Vec<String> {
+    let bin = s.node.dir.join("usr/bin/cri-dockerd");
+    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+    std::fs::write(&bin, "#!/bin/sh\necho 'cri-dockerd 0.4.1 (v0.4.1)'\n").unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let store = s.node.location.open().unwrap();
+    let plan = Plan::build(&s.pods, store.as_ref(), From::Auto, s.to).unwrap();
+    let dir = s.node.dir.join("var/lib/dockershim/sandbox");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ids = Vec::new();
+    for r in plan
+        .records
+        .iter()
+        .filter(|r| r.kind == RecordClass::Sandbox && r.pid.is_some())
+    {
+        let cp = SandboxCheckpoint {
+            version: "v1".into(),
+            name: r.pod.clone().unwrap(),
+            namespace: r.namespace.clone().unwrap(),
+            data: CheckpointData {
+                port_mappings: None,
+                host_network: false,
+            },
+            checksum: 0,
+        };
+        std::fs::write(dir.join(&r.id), cp.for_dockershim()).unwrap();
+        ids.push(r.id.clone());
+    }
+    assert!(!ids.is_empty(), "the bundled node runs sandboxes");
+    ids
+}
+
+#[test]
+fn docker_across_1_24_copies_dockershims_checkpoints_and_a_later_failure_removes_them() {
+    let s = setup("docker-20.10", "1.24");
+    let ids = dockershim_node(&s);
+    let target = s.node.dir.join("var/lib/cri-dockerd/sandbox");
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert_eq!(r.result, UpgradeResult::Done, "{:#?}", r.state);
+    let shim = s.node.dir.join("var/lib/dockershim/sandbox");
+    for id in &ids {
+        let original = std::fs::read(shim.join(id)).unwrap();
+        // with cri-dockerd's checksum, not dockershim's: a plain copy is deleted as corrupted
+        assert_eq!(
+            std::fs::read(target.join(id)).unwrap(),
+            SandboxCheckpoint::parse(&original)
+                .unwrap()
+                .for_cri_dockerd(),
+            "{id}"
+        );
+    }
+    let endpoint = format!(
+        "unix://{}",
+        s.node.dir.join("var/run/cri-dockerd.sock").display()
+    );
+    assert_eq!(
+        r.state.cri_dockerd_endpoint.as_deref(),
+        Some(endpoint.as_str())
+    );
+    // verified through cri-dockerd, as kubelet 1.24 will talk to it
+    assert_eq!(*fake.verified_at.borrow(), [Some(endpoint)]);
+    assert!(
+        fake.told_switch.get(),
+        "the node is told its runtime includes cri-dockerd"
+    );
+
+    // The same node again, failing after the patch: the copies go, the originals stay.
+    for failing in [Step::InstallKubelet, Step::VerifyLive, Step::WaitHealthy] {
+        let s = setup("docker-20.10", "1.24");
+        dockershim_node(&s);
+        let target = s.node.dir.join("var/lib/cri-dockerd/sandbox");
+        let before = snapshot(&s);
+        let interrupt = flag();
+        let fake = FakeNode::new(interrupt);
+        fake.fault.set(Fault::Fail(failing));
+        let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+        assert!(
+            matches!(r.result, UpgradeResult::RolledBack { step, .. } if step == failing),
+            "{failing:?}: {:#?}",
+            r.state
+        );
+        assert!(r.state.done.patched, "{failing:?}: the patch ran");
+        assert!(fake.safe(), "{failing:?}: kubelet and runtime run");
+        // the snapshot covers the node's whole root: dockershim's checkpoints byte for byte,
+        // and no file left in cri-dockerd's
+        assert_same(&before, &s, &format!("{failing:?}"));
+        assert!(
+            !target.exists() || std::fs::read_dir(&target).unwrap().next().is_none(),
+            "{failing:?}: cri-dockerd's sandbox directory is empty"
+        );
+    }
+}
+
+#[test]
+fn a_running_cri_dockerd_is_stopped_with_the_runtime_and_refused_in_the_window_if_it_is_not() {
+    for stop_leaves_it in [false, true] {
+        let s = setup("docker-20.10", "1.24");
+        dockershim_node(&s);
+        let sock = s.node.dir.join("var/run/cri-dockerd.sock");
+        std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+        let before = snapshot(&s);
+        let interrupt = flag();
+        let mut fake = FakeNode::new(interrupt);
+        fake.stop_leaves_cri_dockerd = stop_leaves_it;
+        *fake.cri_dockerd.borrow_mut() =
+            Some(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+        assert!(fake.safe(), "kubelet and runtime run");
+        if stop_leaves_it {
+            // written into while cri-dockerd runs, its checkpoints would race its own writes
+            match &r.result {
+                UpgradeResult::RolledBack { step, cause } => {
+                    assert_eq!(*step, Step::Patch, "{cause}");
+                    assert!(cause.contains("cri-dockerd-running"), "{cause}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_same(&before, &s, "cri-dockerd still running at the patch");
+        } else {
+            // the preflight runs with everything up: the window stops cri-dockerd
+            assert_eq!(r.result, UpgradeResult::Done, "{:#?}", r.state);
+            assert!(
+                r.state
+                    .notes
+                    .iter()
+                    .any(|n| n.contains("cri-dockerd answers")),
+                "{:?}",
+                r.state.notes
+            );
+        }
     }
 }

@@ -72,6 +72,15 @@ pub trait NodeControl {
     ) -> Result<LiveVerification, Error> {
         crate::verify::verify_live(report, endpoint)
     }
+    /// The plan switches this Docker node from dockershim to cri-dockerd: from now on the
+    /// runtime's stop and start cover cri-dockerd too (its units with systemd's defaults; the
+    /// operator's commands are trusted to).
+    fn switching_to_cri_dockerd(&self) {}
+    /// Whether cri-dockerd accepts connections at its CRI endpoint (after the runtime's start).
+    fn cri_dockerd_answers(&self, endpoint: &str) -> bool {
+        crate::verify::endpoint_socket(endpoint)
+            .is_some_and(|s| std::os::unix::net::UnixStream::connect(s).is_ok())
+    }
     /// Called when `step` begins; an `Err` fails that step. The real node never fails here:
     /// this is where tests inject faults (and signals) at every step.
     fn before(&self, _step: Step) -> Result<(), String> {
@@ -111,10 +120,16 @@ pub struct UpgradeOptions {
     pub accept_restarts: bool,
     /// The runtime endpoint `verify --live` asks (default: the store's).
     pub endpoint: Option<String>,
+    /// A Docker node crossing 1.23 → 1.24: where dockershim's checkpoints are, cri-dockerd's
+    /// binary, root and endpoint ([`crate::cri_dockerd::plan_switch`]).
+    pub cri_dockerd: crate::cri_dockerd::SwitchOptions,
     /// Set by the caller's SIGINT/SIGTERM handler: inside the window the run rolls back to a
     /// safe state; before it, it stops with nothing stopped.
     pub interrupt: &'static AtomicBool,
 }
+
+/// The switch's hazard for a cri-dockerd that answers (it must be stopped before the patch).
+const CRI_DOCKERD_RUNNING: &str = "cri-dockerd-running";
 
 /// How long the kubelet may be down before the node goes NotReady: the control plane's
 /// node-monitor-grace-period, 40 s, 50 s from Kubernetes 1.32.
@@ -281,6 +296,7 @@ pub fn rollback_state(
         healthz: healthz.to_string(),
         accept_restarts: false,
         endpoint: None,
+        cri_dockerd: crate::cri_dockerd::SwitchOptions::default(),
         interrupt,
     };
     sweep_kubelet_temps(&opts.kubelet_path);
@@ -393,6 +409,9 @@ impl<'a> Run<'a> {
         };
         let kubelet_down = since(state.kubelet_stopped_unix_ms).filter(|_| !state.done.kubelet_up);
         let runtime_down = since(state.runtime_stopped_unix_ms).filter(|_| !state.done.runtime_up);
+        if state.cri_dockerd_endpoint.is_some() {
+            node.switching_to_cri_dockerd();
+        }
         Run {
             opts,
             node,
@@ -555,14 +574,7 @@ impl<'a> Run<'a> {
                 "interrupted (SIGINT/SIGTERM) before the window; nothing stopped".into(),
             );
         }
-        let plan = Plan::build_with(
-            &self.opts.pods,
-            self.store,
-            self.opts.from,
-            self.opts.to,
-            &self.opts.node_files,
-        )
-        .map_err(Preflight::from)?;
+        let plan = self.plan(self.opts.from).map_err(Preflight::from)?;
         self.state.from = plan.from;
         self.state.summary = Some(plan.summary.clone());
         self.state.hazards = plan
@@ -576,10 +588,18 @@ impl<'a> Run<'a> {
             .iter()
             .filter(|h| h.severity == Severity::Block)
             .filter(|h| !(self.opts.set_aside_checkpoints && h.code == "checkpoint-rejected"))
+            // the window stops cri-dockerd with the runtime; the patch step's plan, made with
+            // both stopped, refuses if it still answers
+            .filter(|h| h.code != CRI_DOCKERD_RUNNING)
             .map(|h| format!("[{}] {}", h.code, h.message))
             .collect();
         if !blocking.is_empty() {
             return refuse(format!("block hazard(s): {}", blocking.join("; ")));
+        }
+        if plan.hazards.iter().any(|h| h.code == CRI_DOCKERD_RUNNING) {
+            self.state.notes.push(
+                "cri-dockerd answers now: the runtime's stop in the window stops it too".into(),
+            );
         }
         let endpoint = self.endpoint();
         match self
@@ -651,6 +671,25 @@ impl<'a> Run<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The plan, and the dockershim → cri-dockerd switch when the node crosses 1.23 → 1.24
+    /// (recorded in the state, and the node told: its runtime stop and start cover
+    /// cri-dockerd from then on).
+    fn plan(&mut self, from: From) -> Result<Plan, Error> {
+        let mut plan = Plan::build_with(
+            &self.opts.pods,
+            self.store,
+            from,
+            self.opts.to,
+            &self.opts.node_files,
+        )?;
+        crate::cri_dockerd::plan_switch(&mut plan, &self.opts.pods, &self.opts.cri_dockerd)?;
+        if let Some(switch) = &plan.cri_dockerd {
+            self.state.cri_dockerd_endpoint = Some(switch.endpoint.clone());
+            self.node.switching_to_cri_dockerd();
+        }
+        Ok(plan)
     }
 
     fn endpoint(&self) -> String {
@@ -915,13 +954,7 @@ impl<'a> Run<'a> {
             Some(v) => From::Version(v),
             None => self.opts.from,
         };
-        let plan = Plan::build_with(
-            &self.opts.pods,
-            self.store,
-            from,
-            self.opts.to,
-            &self.opts.node_files,
-        )?;
+        let plan = self.plan(from)?;
         if plan.summary.would_restart_after_rewrite > self.preflight_restarts
             && !self.opts.accept_restarts
         {
@@ -1022,15 +1055,27 @@ impl<'a> Run<'a> {
             .ok_or_else(|| StepError("no patch report to verify".into()))?;
         let bytes = std::fs::read(&path).map_err(|e| StepError(format!("{path}: {e}")))?;
         let report = Plan::from_json(&bytes)?;
-        if report.rewrites().is_empty() {
+        // After the switch cri-dockerd must adopt every sandbox and kept container, rewritten
+        // or not: there is always something to verify.
+        if report.rewrites().is_empty() && report.cri_dockerd.is_none() {
             self.state
                 .notes
                 .push("nothing was rewritten: nothing to verify live".into());
             return Ok(());
         }
-        let v = self
-            .node
-            .verify_live(&report, self.opts.endpoint.as_deref())?;
+        // `--endpoint` is dockerd's (the runtime's); the target kubelet talks to cri-dockerd,
+        // and so does the verification, at the endpoint the switch planned (as `verify --live`
+        // of a switch report). A socket-activated cri-dockerd accepts at once; one started by
+        // the operator's command may take a moment.
+        let endpoint = match &report.cri_dockerd {
+            Some(switch) => {
+                let ep = switch.endpoint.clone();
+                let _ = wait_until(self.deadline(), || self.node.cri_dockerd_answers(&ep));
+                Some(ep)
+            }
+            None => self.opts.endpoint.clone(),
+        };
+        let v = self.node.verify_live(&report, endpoint.as_deref())?;
         if !v.ok() {
             let p: Vec<String> = v.problems.iter().map(|p| p.to_string()).collect();
             return Err(StepError(format!("verify --live: {}", p.join("; "))));

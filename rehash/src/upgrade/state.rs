@@ -286,6 +286,11 @@ pub struct UpgradeState {
     pub store_backup_dir: Option<String>,
     /// The patch report.
     pub report: Option<String>,
+    /// The plan switches this Docker node from dockershim to cri-dockerd: cri-dockerd's CRI
+    /// endpoint, which the live verification asks (and a resumed run knows the runtime's stop
+    /// and start cover cri-dockerd's units).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cri_dockerd_endpoint: Option<String>,
     /// The installed kubelet binary.
     pub kubelet_path: String,
     /// The new kubelet binary installed by this run.
@@ -352,6 +357,7 @@ impl UpgradeState {
             backup_dir: opts.backup_dir.display().to_string(),
             store_backup_dir: None,
             report: None,
+            cri_dockerd_endpoint: None,
             kubelet_path: opts.kubelet_path.display().to_string(),
             new_kubelet: opts.new_kubelet.as_ref().map(|p| p.display().to_string()),
             kubelet_backup: None,

@@ -3,6 +3,7 @@
 //! goes back to a safe state, and not a half-run `systemctl`).
 
 use super::NodeControl;
+use std::cell::Cell;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,9 @@ use storepatch::RuntimeKind;
 
 /// The kubelet's health endpoint on a stock node (`healthzBindAddress`:`healthzPort`).
 pub const DEFAULT_HEALTHZ: &str = "http://127.0.0.1:10248/healthz";
+
+/// cri-dockerd's systemd units, as its packages install them.
+pub const CRI_DOCKERD_UNITS: &str = "cri-docker.socket cri-docker.service";
 
 /// How long one service command may take before its process group is killed.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
@@ -32,6 +36,15 @@ pub struct SystemNode {
     pub runtime_commands_given: bool,
     /// The runtime's systemd unit (`containerd`, `crio`, `docker`).
     pub runtime_unit: String,
+    /// Docker: the command that stops cri-dockerd's units, run before [`Self::stop_runtime`]
+    /// once the plan switches the node to cri-dockerd (systemd defaults; `None` with the
+    /// operator's runtime commands, which are trusted to cover cri-dockerd).
+    pub stop_cri_dockerd: Option<String>,
+    /// Docker: the command that starts cri-dockerd's units, run after
+    /// [`Self::start_runtime`] once the plan switches the node to cri-dockerd.
+    pub start_cri_dockerd: Option<String>,
+    /// Set by [`NodeControl::switching_to_cri_dockerd`].
+    pub cri_dockerd_switch: Cell<bool>,
     /// Prefix of every systemctl command (`chroot /host ` from a Job that mounts the node).
     pub systemctl: String,
     /// The running kubelet's pid file, when it has one.
@@ -56,6 +69,15 @@ impl SystemNode {
             RuntimeKind::Crio => "crio",
         }
         .to_string();
+        // Mirantis' packaging (cri-dockerd 0.4.1 packaging/systemd): a socket-activated
+        // service; the socket is stopped with it, or a connection would start it again.
+        let (stop_cri_dockerd, start_cri_dockerd) = match runtime {
+            RuntimeKind::Docker => (
+                Some(format!("{systemctl} stop {CRI_DOCKERD_UNITS}")),
+                Some(format!("{systemctl} start {CRI_DOCKERD_UNITS}")),
+            ),
+            _ => (None, None),
+        };
         SystemNode {
             stop_kubelet: format!("{systemctl} stop kubelet"),
             start_kubelet: format!("{systemctl} start kubelet"),
@@ -63,6 +85,9 @@ impl SystemNode {
             start_runtime: format!("{systemctl} start {unit}"),
             runtime_commands_given: false,
             runtime_unit: unit,
+            stop_cri_dockerd,
+            start_cri_dockerd,
+            cri_dockerd_switch: Cell::new(false),
             systemctl,
             kubelet_pidfile: None,
             kubelet_process: "kubelet".into(),
@@ -147,10 +172,29 @@ impl NodeControl for SystemNode {
         run_shell(&self.start_kubelet)
     }
     fn stop_runtime(&self) -> Result<(), String> {
+        // cri-dockerd first: it is dockerd's client, as the kubelet is cri-dockerd's
+        if let Some(c) = self
+            .stop_cri_dockerd
+            .as_ref()
+            .filter(|_| self.cri_dockerd_switch.get())
+        {
+            run_shell(c)?;
+        }
         run_shell(&self.stop_runtime)
     }
     fn start_runtime(&self) -> Result<(), String> {
-        run_shell(&self.start_runtime)
+        run_shell(&self.start_runtime)?;
+        match self
+            .start_cri_dockerd
+            .as_ref()
+            .filter(|_| self.cri_dockerd_switch.get())
+        {
+            Some(c) => run_shell(c),
+            None => Ok(()),
+        }
+    }
+    fn switching_to_cri_dockerd(&self) {
+        self.cri_dockerd_switch.set(true);
     }
 
     fn runtime_keeps_containers(
@@ -306,6 +350,48 @@ mod tests {
             systemctl: script.display().to_string(),
             ..SystemNode::systemd(RuntimeKind::Containerd, None)
         }
+    }
+
+    #[test]
+    fn a_docker_node_switching_to_cri_dockerd_stops_and_starts_its_units_around_dockerd() {
+        let t = tempfile::tempdir().unwrap();
+        let log = t.path().join("log");
+        let n = SystemNode::systemd(RuntimeKind::Docker, None);
+        assert_eq!(
+            n.stop_cri_dockerd.as_deref(),
+            Some("systemctl stop cri-docker.socket cri-docker.service")
+        );
+        assert_eq!(
+            n.start_cri_dockerd.as_deref(),
+            Some("systemctl start cri-docker.socket cri-docker.service")
+        );
+        let echo = |w: &str| format!("echo {w} >> {}", shell_quote(&log.display().to_string()));
+        let n = SystemNode {
+            stop_runtime: echo("stop-docker"),
+            start_runtime: echo("start-docker"),
+            stop_cri_dockerd: Some(echo("stop-cri-dockerd")),
+            start_cri_dockerd: Some(echo("start-cri-dockerd")),
+            ..n
+        };
+        let ran = || std::fs::read_to_string(&log).unwrap_or_default();
+        n.stop_runtime().unwrap();
+        n.start_runtime().unwrap();
+        assert_eq!(
+            ran(),
+            "stop-docker\nstart-docker\n",
+            "no switch: dockerd alone"
+        );
+        std::fs::remove_file(&log).unwrap();
+        n.switching_to_cri_dockerd();
+        n.stop_runtime().unwrap();
+        n.start_runtime().unwrap();
+        assert_eq!(
+            ran(),
+            "stop-cri-dockerd\nstop-docker\nstart-docker\nstart-cri-dockerd\n"
+        );
+        assert!(SystemNode::systemd(RuntimeKind::Containerd, None)
+            .stop_cri_dockerd
+            .is_none());
     }
 
     #[test]
