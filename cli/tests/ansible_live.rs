@@ -686,6 +686,10 @@ fn inventory(nodes: &[Node], dir: &Path) -> PathBuf {
                 "ansible_connection": "local",
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "kubelet_rehash_become": false,
+                // the operator's kubelet version, given: these specs hash alike from 1.21 to
+                // 1.30, and on the Docker node a proof from 1.21 would be a dockershim node
+                // that needs cri-dockerd (which upgrade refuses to go without)
+                "kubelet_rehash_from": FROM,
                 "kubelet_rehash_to": TO,
                 "kubelet_rehash_binary_src": env!("CARGO_BIN_EXE_kubelet-rehash"),
             },

@@ -1250,11 +1250,13 @@ fn upgrade_containerd_2_1_9_from_1_30_to_1_34() {
     );
 }
 
+/// To 1.23: from 1.24 a Docker node needs cri-dockerd (0.4 needs Docker 23+; this is 20.10),
+/// and `upgrade` refuses to cross without it (tested below).
 #[test]
-fn upgrade_docker_20_10_from_1_14_to_1_31_and_sigterm_rolls_back() {
+fn upgrade_docker_20_10_from_1_14_to_1_23_and_sigterm_rolls_back() {
     let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     root_or_fail(dkr::SETUP);
-    let (mut pods, mut ctrs) = node("u20", &SPECS, "1.14", "1.31", false);
+    let (mut pods, mut ctrs) = node("u20", &SPECS, "1.14", "1.23", false);
     let rt = Docker::new(&mut pods, &mut ctrs);
     let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
     let mut n = Node::new(&rt, &pods, &ctrs, "1.14");
@@ -1262,9 +1264,9 @@ fn upgrade_docker_20_10_from_1_14_to_1_31_and_sigterm_rolls_back() {
     let old_v = n.kubelet.old_version.clone();
     // SIGTERM to the tool right after the runtime started: it goes back (dockerd re-serialises
     // config.v2.json byte-identically, so the bytes come back) and starts the old kubelet.
-    let new = n.kubelet.binary("kubelet-new", "1.31.0");
+    let new = n.kubelet.binary("kubelet-new", "1.23.17");
     let x = Extra {
-        to: "1.31".into(),
+        to: "1.23".into(),
         kubelet_binary: Some(new),
         accept_restarts: true,
         start_runtime: Some(format!("{}; kill -TERM $PPID", rt.start_cmd())),
@@ -1275,7 +1277,7 @@ fn upgrade_docker_20_10_from_1_14_to_1_31_and_sigterm_rolls_back() {
     assert!(o.stderr.contains("interrupted"), "{}", o.stderr);
     n.check("after SIGTERM", &stored_values, &old_v, &old);
     n.check_state("after SIGTERM", "rolled-back");
-    through_the_window(&mut n, "1.14", "1.31");
+    through_the_window(&mut n, "1.14", "1.23");
 }
 
 #[test]

@@ -339,7 +339,9 @@ fn every_bundled_node_type_goes_through_the_window() {
     for (fixture, to) in [
         ("containerd-1.6", "1.31"),
         ("containerd-1.7", "1.31"),
-        ("docker-20.10", "1.31"),
+        // 1.23: crossing 1.24 on Docker needs cri-dockerd (refused without it, below; with
+        // it, docker_across_1_24_copies_dockershims_checkpoints_and_a_later_failure_removes_them)
+        ("docker-20.10", "1.23"),
         ("crio-1.30", "1.31"),
     ] {
         let s = setup(fixture, to);
@@ -382,8 +384,8 @@ fn every_bundled_node_type_goes_through_the_window() {
 #[test]
 fn each_step_failing_rolls_back_to_the_old_node() {
     for step in WINDOW {
-        for fixture in ["containerd-1.7", "docker-20.10"] {
-            let s = setup(fixture, "1.31");
+        for (fixture, to) in [("containerd-1.7", "1.31"), ("docker-20.10", "1.23")] {
+            let s = setup(fixture, to);
             let before = snapshot(&s);
             let interrupt = flag();
             let fake = FakeNode::new(interrupt);
@@ -569,6 +571,20 @@ fn preflight_refusals_stop_nothing() {
     );
     assert!(fake.calls.borrow().is_empty());
     assert_same(&before, &s, "wrong kubelet minor");
+
+    // Docker across 1.24 without cri-dockerd: the new kubelet would find no runtime
+    let s = setup("docker-20.10", "1.31");
+    let before = snapshot(&s);
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert!(
+        matches!(&r.result, UpgradeResult::Refused(w) if w.contains("[cri-dockerd-missing]")),
+        "{:?}",
+        r.result
+    );
+    assert!(fake.calls.borrow().is_empty(), "nothing stopped");
+    assert_same(&before, &s, "docker across 1.24 without cri-dockerd");
 
     // a flag the new kubelet removed
     let s = setup("containerd-1.7", "1.31");

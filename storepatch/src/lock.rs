@@ -70,6 +70,9 @@ pub fn lock_dir() -> PathBuf {
     }
 }
 
+/// How long a holder of unknown pid is waited for (see [`StoreLock::acquire`]).
+const UNKNOWN_HOLDER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A store root's device and inode.
 type StoreKey = (u64, u64);
 
@@ -89,7 +92,8 @@ pub struct StoreLock {
 
 impl StoreLock {
     /// Takes the lock of the store at `root`, at once or not at all: when another process
-    /// holds it, [`StoreError::Locked`] names that process's pid.
+    /// holds it, [`StoreError::Locked`] names that process's pid (a holder of unknown pid is
+    /// waited for up to 2 s first: it may be a forked child about to exec).
     pub fn acquire(root: &Path) -> Result<StoreLock, StoreError> {
         let meta = std::fs::metadata(root).map_err(|e| StoreError::io(root, e))?;
         let key = (meta.dev(), meta.ino());
@@ -102,28 +106,41 @@ impl StoreLock {
             return Ok(StoreLock { key, path });
         }
         let root_dir = File::open(root).map_err(|e| StoreError::io(root, e))?;
+        let t0 = std::time::Instant::now();
         // SAFETY: a valid fd for the duration of the call.
-        if unsafe { libc::flock(root_dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        while unsafe { libc::flock(root_dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
                 return Err(StoreError::io(root, err));
             }
             // The pid is known when the holder runs in this mount namespace: then it holds the
             // pid file's lock too (a file nobody holds names a finished run).
-            let pid = File::open(&path).ok().and_then(|mut f| {
-                // SAFETY: a valid fd for the duration of the call.
-                let free =
-                    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
-                let mut text = String::new();
-                (!free && f.read_to_string(&mut text).is_ok())
-                    .then(|| text.trim().parse().ok())
-                    .flatten()
-            });
-            return Err(StoreError::Locked {
-                root: root.to_path_buf(),
-                pid,
-                lock: root.to_path_buf(),
-            });
+            let pid = File::open(&path)
+                .ok()
+                .and_then(|mut f| {
+                    // SAFETY: a valid fd for the duration of the call.
+                    let free =
+                        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+                    let mut text = String::new();
+                    (!free && f.read_to_string(&mut text).is_ok())
+                        .then(|| text.trim().parse().ok())
+                        .flatten()
+                })
+                // A holder that has flocked the pid file but not yet written its pid leaves the
+                // previous holder's in it; this process is never the other holder (re-entrant).
+                .filter(|pid| *pid != std::process::id());
+            // A holder of unknown pid is a run in another mount namespace — or a child a
+            // process forked while it held the lock, which shares the directory's open file
+            // (and so its flock) until its exec closes it: that one lets go within moments,
+            // so it is waited for, briefly, before the refusal.
+            if pid.is_some() || t0.elapsed() >= UNKNOWN_HOLDER_GRACE {
+                return Err(StoreError::Locked {
+                    root: root.to_path_buf(),
+                    pid,
+                    lock: root.to_path_buf(),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
         atomic::create_dir_all_private(dir)?;
         let dmeta = std::fs::symlink_metadata(dir).map_err(|e| StoreError::io(dir, e))?;
@@ -147,19 +164,12 @@ impl StoreLock {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| StoreError::io(&path, e))?;
+        // Blocking: whoever holds the pid file's lock for real holds the root directory's too,
+        // which is ours now; anyone else on it is a refused run reading the holder's pid for
+        // its message, for an instant (refusing here would let that reader win the store).
         // SAFETY: a valid fd for the duration of the call.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(StoreError::io(&path, err));
-            }
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            return Err(StoreError::Locked {
-                root: root.to_path_buf(),
-                pid: text.trim().parse().ok(),
-                lock: path,
-            });
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(StoreError::io(&path, std::io::Error::last_os_error()));
         }
         let pid = format!("{}\n", std::process::id());
         file.set_len(0)

@@ -130,6 +130,10 @@ pub struct UpgradeOptions {
 
 /// The switch's hazard for a cri-dockerd that answers (it must be stopped before the patch).
 const CRI_DOCKERD_RUNNING: &str = "cri-dockerd-running";
+/// A warning for `plan`/`patch` (cri-dockerd may be installed after the patch, before the new
+/// kubelet starts), a refusal for `upgrade`: its window starts the new kubelet, which without
+/// cri-dockerd finds no runtime, and its verify step could only fail after the node was down.
+const CRI_DOCKERD_MISSING: &str = "cri-dockerd-missing";
 
 /// How long the kubelet may be down before the node goes NotReady: the control plane's
 /// node-monitor-grace-period, 40 s, 50 s from Kubernetes 1.32.
@@ -586,7 +590,7 @@ impl<'a> Run<'a> {
         let blocking: Vec<String> = plan
             .hazards
             .iter()
-            .filter(|h| h.severity == Severity::Block)
+            .filter(|h| h.severity == Severity::Block || h.code == CRI_DOCKERD_MISSING)
             .filter(|h| !(self.opts.set_aside_checkpoints && h.code == "checkpoint-rejected"))
             // the window stops cri-dockerd with the runtime; the patch step's plan, made with
             // both stopped, refuses if it still answers
