@@ -8,7 +8,9 @@ use crate::{
     StoreFlags,
 };
 use clap::Args;
-use rehash::upgrade::{SystemNode, UpgradeOptions, UpgradeReport, UpgradeResult, DEFAULT_HEALTHZ};
+use rehash::upgrade::{
+    KubeletFlags, SystemNode, UpgradeOptions, UpgradeReport, UpgradeResult, DEFAULT_HEALTHZ,
+};
 use rehash::Plan;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -109,6 +111,19 @@ pub struct UpgradeFlags {
     /// exist or be empty). Default: /var/lib/kubelet-rehash/backups/<runtime>-<unix time>.
     #[arg(long, value_name = "DIR")]
     backup_dir: Option<PathBuf>,
+    /// A Docker node switching to cri-dockerd (kubelet 1.23 or older to 1.24 or newer): the
+    /// kubelet flag file to rewrite (a `NAME="--flag ..."` EnvironmentFile of the kubelet's
+    /// unit; repeatable): the removed dockershim flags dropped, cri-dockerd's endpoint set;
+    /// the original goes into the backup and back when the window fails. Default: those of
+    /// /var/lib/kubelet/kubeadm-flags.env, /etc/default/kubelet, /etc/sysconfig/kubelet that
+    /// exist (under --host-root).
+    #[arg(long, value_name = "FILE", conflicts_with = "keep_kubelet_flags")]
+    kubelet_flags_file: Vec<PathBuf>,
+    /// A Docker node switching to cri-dockerd: leave the kubelet's flags alone (they are
+    /// managed elsewhere); the new kubelet binary is checked with the running kubelet's
+    /// command line as it is.
+    #[arg(long)]
+    keep_kubelet_flags: bool,
     /// Go on when the plan says some containers restart anyway (else exit 4, nothing stopped).
     #[arg(long)]
     accept_restarts: bool,
@@ -192,6 +207,18 @@ pub fn cmd_upgrade(
     };
     let kubelet_path = node_path(&plan.store, &f.kubelet_path)?;
     let node = f.services.node(kind, location.host_root.as_deref());
+    let kubelet_flags = if f.keep_kubelet_flags {
+        KubeletFlags::Keep
+    } else if f.kubelet_flags_file.is_empty() {
+        KubeletFlags::NodeFiles
+    } else {
+        KubeletFlags::Files(
+            f.kubelet_flags_file
+                .iter()
+                .map(|p| node_path(&plan.store, p))
+                .collect::<Result<_, _>>()?,
+        )
+    };
     let opts = UpgradeOptions {
         pods,
         from,
@@ -208,6 +235,7 @@ pub fn cmd_upgrade(
         accept_restarts: f.accept_restarts,
         endpoint: f.endpoint.clone(),
         cri_dockerd,
+        kubelet_flags,
         interrupt: &INTERRUPTED,
     };
     catch_signals();

@@ -639,3 +639,204 @@ fn a_verbatim_dockershim_checkpoint_is_deleted_by_cri_dockerd() {
         sc.node.log_tail()
     );
 }
+
+/// `upgrade` across the switch in one window, on the real node: dockerd runs from its "unit"
+/// (a shell script here) with no cri-dockerd, kubelet 1.23 (the stand-in of testtools::kubelet,
+/// as no kubelet binary runs on this machine) runs with kubeadm's flag file holding
+/// `--network-plugin=cni`. `upgrade --to 1.31` with a kubelet 1.31 binary that refuses the
+/// dockershim flags and needs a runtime endpoint: the preflight checks it against the command
+/// line the rewritten flag file will give, the window stops kubelet, cri-dockerd (not running)
+/// and dockerd, patches, carries the checkpoints over, installs the binary, rewrites the flag
+/// file, starts dockerd and cri-dockerd, verifies through cri-dockerd and starts the new
+/// kubelet, which connects to cri-dockerd. Checked: the same container processes with the 1.31
+/// hashes and every sandbox ready with its IP, through cri-dockerd; the new kubelet runs and
+/// talks to cri-dockerd's socket; the flag file as kubelet 1.31 needs it.
+///
+/// Then a second node, to 1.24, where the new kubelet never becomes healthy: the window rolls back —
+/// the Docker files, the kubelet binary and the flag file byte for byte, no checkpoint left in
+/// cri-dockerd's root, the old kubelet running on dockershim again, every container the same
+/// process.
+#[test]
+fn upgrade_switches_a_dockershim_node_to_cri_dockerd_in_one_window() {
+    use testtools::kubelet::{sh, PidFileGuard, StandIn};
+    root_or_fail();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for healthy in [true, false] {
+        // to 1.31 (hashes rewritten, no --container-runtime flag any more); the failing one to
+        // 1.24, with a budget that ends its wait for the broken kubelet sooner
+        let (tag, to, budget) = if healthy {
+            ("u31", "1.31", "60")
+        } else {
+            ("f24", "1.24", "25")
+        };
+        let mut sc = Scenario::new(tag);
+        let pids = sc.pids();
+        sc.leave_as_kubelet_1_23_and_stop();
+        let [dpid, cpid] = sc.node.script_pidfiles();
+        let t = sc.node.t.clone();
+        let kubelet_dir = t.join("kubelet-standin");
+        fs::create_dir_all(&kubelet_dir).unwrap();
+        let mut kubelet = StandIn::new(&kubelet_dir, "1.23.17");
+        // stops the script-started kubelet, cri-dockerd and dockerd before the harness's own
+        // guards clean up the containers
+        let _scripts = PidFileGuard(vec![kubelet.pidfile.clone(), cpid.clone(), dpid.clone()]);
+        sh(&sc.node.start_docker_script());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while sc.node.docker.client().ping().is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "dockerd did not answer"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let flags = t.join("var/lib/kubelet/kubeadm-flags.env");
+        fs::create_dir_all(flags.parent().unwrap()).unwrap();
+        let original_flags = format!(
+            "KUBELET_KUBEADM_ARGS=\"--network-plugin=cni --pod-infra-container-image={}\"\n",
+            cd::PAUSE_IMAGE
+        );
+        fs::write(&flags, &original_flags).unwrap();
+        kubelet.env_file = Some(flags.clone());
+        kubelet.start();
+        assert_eq!(
+            kubelet.running_with(),
+            (s("v1.23.17"), s("dockershim")),
+            "kubelet 1.23 runs on its dockershim"
+        );
+        let new = if healthy {
+            kubelet.binary_without_dockershim("kubelet-1.31", "1.31.0")
+        } else {
+            // answers --version, exits at start: the health endpoint never answers
+            let b = kubelet_dir.join("kubelet-1.24-broken");
+            testtools::kubelet::write_exe(
+                &b,
+                b"#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in --network-plugin*) exit 1;; --version) echo Kubernetes v1.24.0; exit 0;; esac; done\necho 'E0101 broken build' >&2; exit 1\n",
+            );
+            b
+        };
+        let docker_before = sc.docker_files();
+        let kubelet_before = fs::read(&kubelet.path).unwrap();
+        let state = t.join("state/upgrade.json");
+        let mut a = vec![
+            s("upgrade"),
+            s("--pods"),
+            p(&sc.pods_file),
+            s("--from"),
+            s(FROM),
+            s("--to"),
+            s(to),
+            s("--kubelet-path"),
+            p(&kubelet.path),
+            s("--kubelet-binary"),
+            p(&new),
+            s("--kubelet-flags-file"),
+            p(&flags),
+            s("--state"),
+            p(&state),
+            s("--backup-dir"),
+            p(&t.join("backup-upgrade")),
+            s("--budget"),
+            s(budget),
+            s("--stop-kubelet"),
+            kubelet.stop_cmd(),
+            s("--start-kubelet"),
+            kubelet.start_cmd(),
+            s("--stop-runtime"),
+            sc.node.stop_script(),
+            s("--start-runtime"),
+            sc.node.start_script(),
+            s("--kubelet-pidfile"),
+            p(&kubelet.pidfile),
+            s("--kubelet-healthz"),
+            kubelet.healthz(),
+        ];
+        a.extend(sc.store_flags());
+        let out = run(&a);
+        eprintln!(
+            "upgrade ({tag}): exit {}\n{}{}",
+            out.code, out.stdout, out.stderr
+        );
+        let st: Value = serde_json::from_slice(&fs::read(&state).unwrap()).unwrap();
+        // the window's services are the scripts' from here on: cri-dockerd is reached at its
+        // socket directly
+        sc.cri = Some(CriClient::connect(&sc.node.endpoint()).expect("cri-dockerd answers"));
+        if healthy {
+            expect_code("upgrade across the switch", &out, 0);
+            assert_eq!(st["phase"], json!("done"), "{st:#}");
+            sc.check_through_cri(&pids, to, "after upgrade");
+            assert!(
+                st["rewritten"].as_u64().unwrap() > 0,
+                "1.23 → 1.31 rewrites hashes: {st:#}"
+            );
+            assert_eq!(
+                kubelet.running_with(),
+                (s("v1.31.0"), sc.node.endpoint()),
+                "the new kubelet runs and talks to cri-dockerd"
+            );
+            assert_eq!(
+                fs::read_to_string(&flags).unwrap(),
+                format!(
+                    "KUBELET_KUBEADM_ARGS=\"--pod-infra-container-image={} --container-runtime-endpoint={}\"\n",
+                    cd::PAUSE_IMAGE,
+                    sc.node.endpoint()
+                ),
+                "the flag file as kubelet 1.31 needs it (it has no --container-runtime)"
+            );
+            for pod in &sc.pods {
+                assert!(
+                    sc.node.checkpoint_dir().join(&pod.sandbox).is_file(),
+                    "{}: checkpoint carried over",
+                    pod.name
+                );
+            }
+        } else {
+            expect_code("upgrade whose new kubelet never gets healthy", &out, 3);
+            assert_eq!(st["phase"], json!("rolled-back"), "{st:#}");
+            assert_eq!(st["failure"]["step"], json!("wait-healthy"), "{st:#}");
+            assert_eq!(
+                fs::read_to_string(&flags).unwrap(),
+                original_flags,
+                "the flag file byte for byte"
+            );
+            assert!(
+                fs::read(&kubelet.path).unwrap() == kubelet_before,
+                "the old kubelet binary byte for byte"
+            );
+            assert_eq!(
+                kubelet.running_with(),
+                (s("v1.23.17"), s("dockershim")),
+                "the old kubelet runs on dockershim again"
+            );
+            let after = sc.docker_files();
+            if st["store_restored"] == json!("bytes") {
+                assert!(after == docker_before, "the Docker files byte for byte");
+            }
+            assert!(
+                fs::read_dir(sc.node.checkpoint_dir())
+                    .map(|mut d| d.next().is_none())
+                    .unwrap_or(true),
+                "no checkpoint left in cri-dockerd's root"
+            );
+            // every container the same process with its 1.23 hash again, as dockerd reports
+            // it (the old kubelet's dockershim reads dockerd, not cri-dockerd)
+            let c = sc.node.docker.client();
+            for ctr in &sc.ctrs {
+                let v: Value = c
+                    .call("GET", &format!("/containers/{}/json", ctr.id), None)
+                    .unwrap();
+                assert_eq!(
+                    v["Config"]["Labels"]["annotation.io.kubernetes.container.hash"],
+                    json!(hash(&ctr.spec, FROM)),
+                    "after the rollback: hash of {}",
+                    ctr.name
+                );
+                assert_eq!(
+                    v["State"]["Pid"].as_u64(),
+                    Some(u64::from(pids[&ctr.id].0)),
+                    "after the rollback: {} is the same process",
+                    ctr.name
+                );
+            }
+        }
+    }
+}

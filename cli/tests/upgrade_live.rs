@@ -6,7 +6,7 @@
 //! (`--start-runtime` / `--stop-runtime`, shell scripts over the test's own pid files).
 //!
 //! There is no kubelet binary for this machine (and a real kubelet would take the machine
-//! over), so "the kubelet" is a stand-in the test writes: a small Python program installed at
+//! over), so "the kubelet" is a stand-in ([`testtools::kubelet`]): a small Python program installed at
 //! `--kubelet-path` that, like the kubelet, parses every flag before it answers `--version`
 //! (the new one rejects `--network-plugin`, which kubelet 1.24 removed), and otherwise serves
 //! `/healthz` on a port of the test's choosing and records which version runs. It is started
@@ -30,7 +30,6 @@ use hashcompat::KubeletVersion;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -39,6 +38,9 @@ use testtools::containerd as ctd;
 use testtools::cri::CriTestCalls;
 use testtools::crio;
 use testtools::docker as dkr;
+use testtools::kubelet::{
+    pid_running, sh, stop_script, write_exe, PidFileGuard as ScriptGuard, StandIn as Kubelet,
+};
 
 const HASH: &str = "io.kubernetes.container.hash";
 const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";
@@ -368,52 +370,6 @@ trait Runtime {
             .trim()
             .parse()
             .unwrap()
-    }
-}
-
-/// Sends SIGTERM to the pid in `pidfile` and waits until the process is gone (a zombie counts
-/// as gone: only its parent, init, has not reaped it yet).
-fn stop_script(pidfile: &Path) -> String {
-    let p = pidfile.display();
-    format!(
-        "pid=$(cat {p} 2>/dev/null) || exit 0; kill -TERM \"$pid\" 2>/dev/null; while [ -d /proc/$pid ] && ! grep -q ') Z' /proc/$pid/stat 2>/dev/null; do sleep 0.05; done"
-    )
-}
-
-fn sh(cmd: &str) {
-    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
-    assert!(st.success(), "`{cmd}` failed: {st}");
-}
-
-fn pid_running(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rfind(')')
-            .is_some_and(|i| !s[i + 1..].trim_start().starts_with('Z'))
-    })
-}
-
-/// Stops what the scripts started (runtime, kubelet stand-in), by the pids in their pid files,
-/// before the harness guards clean up the rest.
-struct ScriptGuard(Vec<PathBuf>);
-
-impl Drop for ScriptGuard {
-    fn drop(&mut self) {
-        for f in &self.0 {
-            let Some(pid) = fs::read_to_string(f)
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok())
-            else {
-                continue;
-            };
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while pid_running(pid as u32) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if pid_running(pid as u32) {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
     }
 }
 
@@ -765,143 +721,6 @@ fn start_runtime(rt: &dyn Runtime) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// the kubelet stand-in
-// ---------------------------------------------------------------------------------------------
-
-/// A stand-in kubelet (there is no kubelet binary for this machine): parses every flag first
-/// and fails on one this version removed, answers --version, else serves /healthz and writes
-/// its version into the file --running-marker names.
-fn kubelet_program(version: &str, removed: &[&str]) -> String {
-    format!(
-        r#"#!/usr/bin/env python3
-import http.server, sys
-VERSION = "v{version}"
-REMOVED = {removed:?}
-flags = [a for a in sys.argv[1:] if a.startswith("--")]
-for a in flags:
-    if a.split("=", 1)[0] in REMOVED:
-        sys.stderr.write("Error: failed to parse kubelet flag: unknown flag: %s\n" % a.split("=", 1)[0])
-        sys.exit(1)
-if "--version" in flags:
-    print("Kubernetes " + VERSION)
-    sys.exit(0)
-opt = dict(a[2:].split("=", 1) for a in flags if "=" in a)
-class Healthz(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        ok = self.path == "/healthz"
-        self.send_response(200 if ok else 404)
-        self.end_headers()
-        self.wfile.write(b"ok" if ok else b"not found")
-    def log_message(self, *args):
-        pass
-server = http.server.HTTPServer(("127.0.0.1", int(opt["healthz-port"])), Healthz)
-with open(opt["running-marker"], "w") as f:
-    f.write(VERSION)
-server.serve_forever()
-"#
-    )
-}
-
-struct Kubelet {
-    /// Where the node's kubelet binary is installed (`--kubelet-path`).
-    path: PathBuf,
-    /// The old binary's bytes and version.
-    old: Vec<u8>,
-    old_version: String,
-    port: u16,
-    pidfile: PathBuf,
-    marker: PathBuf,
-    log: PathBuf,
-    /// Extra flags on the running kubelet's command line.
-    extra: Vec<String>,
-    dir: PathBuf,
-}
-
-impl Kubelet {
-    fn new(dir: &Path, from_version: &str) -> Kubelet {
-        let bin = dir.join("node/usr/bin");
-        fs::create_dir_all(&bin).unwrap();
-        let path = bin.join("kubelet");
-        let old = kubelet_program(from_version, &[]).into_bytes();
-        write_exe(&path, &old);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Kubelet {
-            path,
-            old,
-            old_version: format!("v{from_version}"),
-            port,
-            pidfile: dir.join("kubelet.pid"),
-            marker: dir.join("kubelet.running"),
-            log: dir.join("kubelet.log"),
-            extra: Vec::new(),
-            dir: dir.to_path_buf(),
-        }
-    }
-    /// A new kubelet binary of `version`, which no longer has `--network-plugin`.
-    fn binary(&self, name: &str, version: &str) -> PathBuf {
-        let p = self.dir.join(name);
-        write_exe(
-            &p,
-            kubelet_program(version, &["--network-plugin"]).as_bytes(),
-        );
-        p
-    }
-    fn start_cmd(&self) -> String {
-        format!(
-            "{} --healthz-port={} --running-marker={} {} >>{} 2>&1 </dev/null & echo $! > {}",
-            self.path.display(),
-            self.port,
-            self.marker.display(),
-            self.extra.join(" "),
-            self.log.display(),
-            self.pidfile.display()
-        )
-    }
-    fn stop_cmd(&self) -> String {
-        stop_script(&self.pidfile)
-    }
-    fn healthz(&self) -> String {
-        format!("http://127.0.0.1:{}/healthz", self.port)
-    }
-    fn start(&self) {
-        let _ = fs::remove_file(&self.marker);
-        sh(&self.start_cmd());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.marker.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "the kubelet stand-in did not start: {}",
-                fs::read_to_string(&self.log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    fn restart(&self) {
-        sh(&self.stop_cmd());
-        self.start();
-    }
-    /// The version of the kubelet that runs now (its process alive, its marker written).
-    fn running(&self) -> String {
-        let pid: u32 = fs::read_to_string(&self.pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        assert!(pid_running(pid), "no kubelet runs (pid {pid} is gone)");
-        fs::read_to_string(&self.marker).unwrap()
-    }
-}
-
-fn write_exe(p: &Path, bytes: &[u8]) {
-    fs::write(p, bytes).unwrap();
-    fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-// ---------------------------------------------------------------------------------------------
 // the binary
 // ---------------------------------------------------------------------------------------------
 
@@ -913,8 +732,16 @@ struct Out {
 }
 
 fn run(args: &[String]) -> Out {
+    run_with(args, &[])
+}
+
+fn run_with(args: &[String], env: &[(String, String)]) -> Out {
     let t0 = Instant::now();
-    let o = Command::new(bin()).args(args).output().unwrap();
+    let o = Command::new(bin())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
     Out {
         code: o.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -950,6 +777,8 @@ struct Extra {
     start_runtime: Option<String>,
     stop_runtime: Option<String>,
     accept_restarts: bool,
+    /// Environment of the run (the crash points of the test-built binary).
+    env: Vec<(String, String)>,
 }
 
 impl Node<'_> {
@@ -1035,7 +864,7 @@ impl Node<'_> {
         if x.accept_restarts {
             a.push("--accept-restarts".into());
         }
-        let o = run(&a);
+        let o = run_with(&a, &x.env);
         eprintln!(
             "{} — {what}: exit {} in {:.2} s\n{}{}",
             self.rt.label(),
@@ -1497,4 +1326,134 @@ fn upgrade_crio_1_30_14_from_1_30_to_1_31() {
     let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
     let mut n = Node::new(&rt, &pods, &ctrs, "1.30");
     through_the_window(&mut n, "1.30", "1.31");
+}
+
+/// `kill -9` at every durable step inside `upgrade`'s patch step on a real containerd 1.7.24:
+/// the test-built binary has storepatch's crash points (storepatch/src/fault.rs;
+/// `KUBELET_REHASH_CRASH_AT=N` SIGKILLs the process before its N-th durable write, fsync or
+/// rename), so a first run with every point logged finds the points of the patch step — the
+/// page backup, the manifest, the bolt commit, the report — and of the state write that
+/// records the patch as complete. Then, from the same node each time: upgrade killed at that
+/// point, `upgrade` again with the same state file. Checked: the rerun finishes the job the
+/// way the state file says (back while the patch was not recorded complete, with exit 3 and
+/// every container's original hash as containerd serves it; forward once it was, exit 0 and
+/// the target hashes), the same container processes, the runtime and the right kubelet
+/// running, the kubelet binary's bytes; a node upgraded forward is taken back down with the
+/// old binary (`upgrade --to` the old version) for the next point.
+#[test]
+fn upgrade_containerd_1_7_24_killed_at_every_durable_step_of_its_patch() {
+    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail(ctd::SETUP);
+    let (from, to) = ("1.30", "1.31");
+    let line = ctd::Line {
+        version: "1.7.24",
+        config_v3: false,
+    };
+    let (mut pods, mut ctrs) = node("u1k", &SPECS, from, to, false);
+    let rt = Containerd::new(line, &mut pods, &mut ctrs);
+    let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
+    let mut n = Node::new(&rt, &pods, &ctrs, from);
+    let old = n.kubelet.old.clone();
+    let old_v = n.kubelet.old_version.clone();
+    let old_binary = n.rt.tmp().join("kubelet-old");
+    write_exe(&old_binary, &old);
+    let new = n.kubelet.binary("kubelet-new", "1.31.0");
+    let new_bytes = fs::read(&new).unwrap();
+    let up = |env: Vec<(String, String)>| Extra {
+        to: to.into(),
+        kubelet_binary: Some(new.clone()),
+        accept_restarts: true,
+        env,
+        ..Extra::default()
+    };
+    let down = Extra {
+        to: from.into(),
+        kubelet_binary: Some(old_binary.clone()),
+        accept_restarts: true,
+        ..Extra::default()
+    };
+
+    // the points of one whole run, in order
+    let o = n.upgrade(
+        "every point logged",
+        &up(vec![("KUBELET_REHASH_CRASH_LOG".into(), "1".into())]),
+    );
+    expect_code("every point logged", &o, 0);
+    let points: Vec<(u64, String)> = o
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("kubelet-rehash fault point "))
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, name)| (k.parse().unwrap(), name.to_string()))
+        .collect();
+    let first = points
+        .iter()
+        .find(|(_, name)| name.starts_with("backup-"))
+        .expect("the patch backs up")
+        .0;
+    let last_bolt = points
+        .iter()
+        .rev()
+        .find(|(_, name)| name.starts_with("bolt-"))
+        .expect("the patch commits to meta.db")
+        .0;
+    // after the commit: the manifest's new digests, the report, and the state write that
+    // records the patch complete (four points: write, fsync, rename, fsync-dir)
+    let sweep: Vec<u64> = points
+        .iter()
+        .map(|(k, _)| *k)
+        .filter(|k| *k >= first && *k <= last_bolt + 16)
+        .collect();
+    assert!(
+        sweep.len() >= 8,
+        "the patch has durable steps to kill at: {points:?}"
+    );
+    let o = n.upgrade("back down for the sweep", &down);
+    expect_code("back down for the sweep", &o, 0);
+    n.check("before the sweep", &stored_values, &old_v, &old);
+
+    let (mut back, mut forward) = (0, 0);
+    for k in &sweep {
+        let name = &points.iter().find(|(p, _)| p == k).unwrap().1;
+        let what = format!("killed at point {k} ({name})");
+        let o = n.upgrade(
+            &what,
+            &up(vec![("KUBELET_REHASH_CRASH_AT".into(), k.to_string())]),
+        );
+        assert_eq!(o.code, -1, "{what}: killed by SIGKILL");
+        let left = n.state();
+        assert_eq!(
+            left["phase"], "window",
+            "{what}: the run died in the window"
+        );
+        let patched = left["done"]["patched"] == true;
+        let o = n.upgrade(&format!("rerun after {what}"), &up(Vec::new()));
+        if patched {
+            expect_code(&format!("rerun after {what}"), &o, 0);
+            n.check(&what, &patched_values, "v1.31.0", &new_bytes);
+            n.check_state(&what, "done");
+            forward += 1;
+            let o = n.upgrade(&format!("back down after {what}"), &down);
+            expect_code(&format!("back down after {what}"), &o, 0);
+        } else {
+            expect_code(&format!("rerun after {what}"), &o, 3);
+            n.check(&what, &stored_values, &old_v, &old);
+            n.check_state(&what, "rolled-back");
+            back += 1;
+        }
+        n.check(
+            &format!("{what}, before the next point"),
+            &stored_values,
+            &old_v,
+            &old,
+        );
+    }
+    eprintln!(
+        "killed at {} durable steps of the patch: {back} rolled back, {forward} finished forward",
+        sweep.len()
+    );
+    assert!(
+        back > 0,
+        "kills before the patch was recorded complete went back"
+    );
 }

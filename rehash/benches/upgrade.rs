@@ -143,6 +143,7 @@ fn main() {
                 accept_restarts: true,
                 endpoint: None,
                 cri_dockerd: rehash::cri_dockerd::SwitchOptions::default(),
+                kubelet_flags: rehash::upgrade::KubeletFlags::NodeFiles,
                 interrupt: &INTERRUPT,
             };
             let node = InstantNode {

@@ -15,7 +15,9 @@ mod common;
 use rehash::cri_dockerd::checkpoint::{CheckpointData, SandboxCheckpoint};
 use rehash::cri_dockerd::SwitchOptions;
 use rehash::plan::RecordClass;
-use rehash::upgrade::{NodeControl, Phase, Step, SystemNode, UpgradeOptions, UpgradeResult};
+use rehash::upgrade::{
+    KubeletFlags, NodeControl, Phase, Step, SystemNode, UpgradeOptions, UpgradeResult,
+};
 use rehash::{Error, From, LiveVerification, NodeFiles, Plan};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -270,6 +272,7 @@ fn options(s: &Setup, interrupt: &'static AtomicBool) -> UpgradeOptions {
             host_root: Some(s.node.dir.clone()),
             ..SwitchOptions::default()
         },
+        kubelet_flags: KubeletFlags::NodeFiles,
         interrupt,
     }
 }
@@ -793,8 +796,33 @@ fn dockershim_node(s: &Setup) -> Vec<String> {
         ids.push(r.id.clone());
     }
     assert!(!ids.is_empty(), "the bundled node runs sandboxes");
+    std::fs::create_dir_all(s.node.dir.join("var/lib/kubelet")).unwrap();
+    std::fs::write(flags_file(s), DOCKERSHIM_FLAGS).unwrap();
     ids
 }
+
+/// What kubeadm 1.23 writes into a Docker node's kubelet flag file.
+const DOCKERSHIM_FLAGS: &str =
+    "KUBELET_KUBEADM_ARGS=\"--network-plugin=cni --pod-infra-container-image=k8s.gcr.io/pause:3.6\"\n";
+
+fn flags_file(s: &Setup) -> PathBuf {
+    s.node.dir.join("var/lib/kubelet/kubeadm-flags.env")
+}
+
+/// The running kubelet of a dockershim node, started with the flag file's arguments (the
+/// new kubelet's script refuses `--network-plugin`).
+fn dockershim_kubelet(fake: &mut FakeNode) {
+    fake.kubelet_args = vec![
+        "/usr/bin/kubelet".into(),
+        "--config=/var/lib/kubelet/config.yaml".into(),
+        "--network-plugin=cni".into(),
+        "--pod-infra-container-image=k8s.gcr.io/pause:3.6".into(),
+    ];
+}
+
+/// The flag file as kubelet 1.24 gets it after the switch: the node's own socket path (not
+/// the test root's: the kubelet runs on the node).
+const SWITCHED_FLAGS: &str = "KUBELET_KUBEADM_ARGS=\"--pod-infra-container-image=k8s.gcr.io/pause:3.6 --container-runtime=remote --container-runtime-endpoint=unix:///var/run/cri-dockerd.sock\"\n";
 
 #[test]
 fn docker_across_1_24_copies_dockershims_checkpoints_and_a_later_failure_removes_them() {
@@ -802,9 +830,27 @@ fn docker_across_1_24_copies_dockershims_checkpoints_and_a_later_failure_removes
     let ids = dockershim_node(&s);
     let target = s.node.dir.join("var/lib/cri-dockerd/sandbox");
     let interrupt = flag();
-    let fake = FakeNode::new(interrupt);
+    let mut fake = FakeNode::new(interrupt);
+    dockershim_kubelet(&mut fake);
     let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
     assert_eq!(r.result, UpgradeResult::Done, "{:#?}", r.state);
+    assert_eq!(
+        std::fs::read_to_string(flags_file(&s)).unwrap(),
+        SWITCHED_FLAGS,
+        "the kubelet's flag file loses --network-plugin and names cri-dockerd"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.backup.join("kubelet/flags-0")).unwrap(),
+        DOCKERSHIM_FLAGS,
+        "the original flag file is kept in the backup"
+    );
+    let steps: Vec<Step> = r.state.steps.iter().map(|x| x.step).collect();
+    assert!(
+        steps
+            .windows(2)
+            .any(|w| w == [Step::InstallKubelet, Step::KubeletFlags]),
+        "the flags are rewritten right after the binary's install: {steps:?}"
+    );
     let shim = s.node.dir.join("var/lib/dockershim/sandbox");
     for id in &ids {
         let original = std::fs::read(shim.join(id)).unwrap();
@@ -833,13 +879,19 @@ fn docker_across_1_24_copies_dockershims_checkpoints_and_a_later_failure_removes
     );
 
     // The same node again, failing after the patch: the copies go, the originals stay.
-    for failing in [Step::InstallKubelet, Step::VerifyLive, Step::WaitHealthy] {
+    for failing in [
+        Step::InstallKubelet,
+        Step::KubeletFlags,
+        Step::VerifyLive,
+        Step::WaitHealthy,
+    ] {
         let s = setup("docker-20.10", "1.24");
         dockershim_node(&s);
         let target = s.node.dir.join("var/lib/cri-dockerd/sandbox");
         let before = snapshot(&s);
         let interrupt = flag();
-        let fake = FakeNode::new(interrupt);
+        let mut fake = FakeNode::new(interrupt);
+        dockershim_kubelet(&mut fake);
         fake.fault.set(Fault::Fail(failing));
         let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
         assert!(
@@ -869,6 +921,7 @@ fn a_running_cri_dockerd_is_stopped_with_the_runtime_and_refused_in_the_window_i
         let before = snapshot(&s);
         let interrupt = flag();
         let mut fake = FakeNode::new(interrupt);
+        dockershim_kubelet(&mut fake);
         fake.stop_leaves_cri_dockerd = stop_leaves_it;
         *fake.cri_dockerd.borrow_mut() =
             Some(std::os::unix::net::UnixListener::bind(&sock).unwrap());
@@ -897,4 +950,122 @@ fn a_running_cri_dockerd_is_stopped_with_the_runtime_and_refused_in_the_window_i
             );
         }
     }
+}
+
+#[test]
+fn killed_across_the_switch_the_flag_file_goes_forward_or_back_with_the_store() {
+    for step in [Step::KubeletFlags, Step::StartRuntime, Step::WaitHealthy] {
+        for rerun_with_rollback in [false, true] {
+            let s = setup("docker-20.10", "1.24");
+            dockershim_node(&s);
+            let before = snapshot(&s);
+            let interrupt = flag();
+            let mut fake = FakeNode::new(interrupt);
+            dockershim_kubelet(&mut fake);
+            fake.fault.set(Fault::Kill(step));
+            let opts = options(&s, interrupt);
+            let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rehash::upgrade(&opts, &fake)
+            }));
+            assert!(died.is_err(), "killed at {step:?}");
+            fake.fault.set(Fault::None);
+            let what = format!("killed at {step:?}, rerun with rollback={rerun_with_rollback}");
+            let r = if rerun_with_rollback {
+                rehash::upgrade::rollback_state(
+                    &s.state,
+                    &s.node.location,
+                    "http://fake/healthz",
+                    &fake,
+                    interrupt,
+                )
+                .unwrap()
+            } else {
+                rehash::upgrade(&opts, &fake).unwrap()
+            };
+            assert!(fake.safe(), "{what}: kubelet and runtime run");
+            if rerun_with_rollback {
+                assert!(
+                    matches!(r.result, UpgradeResult::RolledBack { .. }),
+                    "{what}: {:?}",
+                    r.result
+                );
+                // the whole node root, the flag file included, byte for byte
+                assert_same(&before, &s, &what);
+            } else {
+                assert_eq!(r.result, UpgradeResult::Done, "{what}: {:#?}", r.state);
+                assert_eq!(
+                    std::fs::read_to_string(flags_file(&s)).unwrap(),
+                    SWITCHED_FLAGS,
+                    "{what}: the finishing run writes the flag file the killed one planned"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_kubelet_flags_must_be_rewritable_or_left_to_the_operator() {
+    // a removed flag on the running kubelet's command line that no flag file sets (the
+    // unit's ExecStart): refused, nothing stopped
+    let s = setup("docker-20.10", "1.24");
+    dockershim_node(&s);
+    std::fs::write(flags_file(&s), "KUBELET_KUBEADM_ARGS=\"--v=2\"\n").unwrap();
+    let before = snapshot(&s);
+    let interrupt = flag();
+    let mut fake = FakeNode::new(interrupt);
+    dockershim_kubelet(&mut fake);
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    match &r.result {
+        UpgradeResult::Refused(why) => assert!(
+            why.contains("--network-plugin") && why.contains("--kubelet-flags-file"),
+            "the refusal names the flag and the option: {why}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(fake.calls.borrow().is_empty(), "nothing stopped");
+    assert_same(&before, &s, "refused");
+
+    // --keep-kubelet-flags: the new kubelet is checked with the command line as it is, and
+    // refuses --network-plugin
+    let s = setup("docker-20.10", "1.24");
+    dockershim_node(&s);
+    let before = snapshot(&s);
+    let interrupt = flag();
+    let mut fake = FakeNode::new(interrupt);
+    dockershim_kubelet(&mut fake);
+    let mut opts = options(&s, interrupt);
+    opts.kubelet_flags = KubeletFlags::Keep;
+    let r = rehash::upgrade(&opts, &fake).unwrap();
+    match &r.result {
+        UpgradeResult::Refused(why) => assert!(
+            why.contains("does not accept this node's kubelet command line"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_same(&before, &s, "kept flags refused");
+
+    // a given file without any flag gets the new ones; the node's kubeadm file is left alone
+    let s = setup("docker-20.10", "1.31");
+    dockershim_node(&s);
+    std::fs::write(flags_file(&s), "# no flags here\n").unwrap();
+    let mine = s.node.tmp.path().join("kubelet.env");
+    std::fs::write(&mine, "KUBELET_EXTRA_ARGS=\"--network-plugin=cni\"\n").unwrap();
+    let interrupt = flag();
+    let mut fake = FakeNode::new(interrupt);
+    dockershim_kubelet(&mut fake);
+    fake.kubelet_args.retain(|a| !a.starts_with("--pod-infra"));
+    let mut opts = options(&s, interrupt);
+    opts.kubelet_flags = KubeletFlags::Files(vec![mine.clone()]);
+    let r = rehash::upgrade(&opts, &fake).unwrap();
+    assert_eq!(r.result, UpgradeResult::Done, "{:#?}", r.state);
+    assert_eq!(
+        std::fs::read_to_string(&mine).unwrap(),
+        "KUBELET_EXTRA_ARGS=\"--container-runtime-endpoint=unix:///var/run/cri-dockerd.sock\"\n",
+        "kubelet 1.31 has no --container-runtime"
+    );
+    assert_eq!(
+        std::fs::read_to_string(flags_file(&s)).unwrap(),
+        "# no flags here\n"
+    );
 }

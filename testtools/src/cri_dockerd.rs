@@ -24,6 +24,9 @@ use crate::cri::CriTestCalls;
 use crate::docker::Daemon;
 use storepatch::live::cri::CriClient;
 
+/// `PATH` of the daemons the scripts start.
+const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// What to do when cri-dockerd or the CNI plugins are missing, for panic messages.
 pub const SETUP: &str =
     "run scripts/setup-docker.sh and scripts/setup-cri-dockerd.sh (as root) first";
@@ -267,6 +270,54 @@ impl Node {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The pid files [`Self::start_script`] writes: dockerd's and cri-dockerd's.
+    pub fn script_pidfiles(&self) -> [PathBuf; 2] {
+        [
+            self.t.join("dockerd.script.pid"),
+            self.t.join("cri-dockerd.script.pid"),
+        ]
+    }
+
+    /// A shell command that starts dockerd in the background, as its unit does, and waits for
+    /// its socket (60 s); its pid goes to the first of [`Self::script_pidfiles`].
+    pub fn start_docker_script(&self) -> String {
+        let [dpid, _] = self.script_pidfiles();
+        format!(
+            "env {PATH_ENV} setsid {dockerd} >>{t}/dockerd-script.log 2>&1 </dev/null & echo $! > {dpid}; \
+             i=0; while [ ! -S {dsock} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done",
+            dockerd = self.docker.command_line().join(" "),
+            t = self.t.display(),
+            dpid = dpid.display(),
+            dsock = self.docker.socket().display(),
+        )
+    }
+
+    /// A shell command that starts dockerd and then cri-dockerd in the background, as a
+    /// node's units do after the switch (`upgrade --start-runtime`); their pids go to
+    /// [`Self::script_pidfiles`].
+    pub fn start_script(&self) -> String {
+        let [_, cpid] = self.script_pidfiles();
+        format!(
+            "{}; env {PATH_ENV} setsid {cd} {flags} >>{log} 2>&1 </dev/null & echo $! > {cpid}",
+            self.start_docker_script(),
+            cd = binary().display(),
+            flags = self.flags().join(" "),
+            log = self.log.display(),
+            cpid = cpid.display(),
+        )
+    }
+
+    /// The matching stop command: cri-dockerd first (when it runs), then dockerd, each waited
+    /// for (`upgrade --stop-runtime`).
+    pub fn stop_script(&self) -> String {
+        let [dpid, cpid] = self.script_pidfiles();
+        format!(
+            "({}); ({})",
+            crate::kubelet::stop_script(&cpid),
+            crate::kubelet::stop_script(&dpid)
+        )
     }
 
     /// SIGTERM to cri-dockerd's pid; waits for it to exit (SIGKILL and a panic after 30 s).

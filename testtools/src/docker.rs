@@ -114,28 +114,41 @@ impl Daemon {
         s
     }
 
-    /// Starts dockerd (live-restore, no networking, vfs) and waits until it answers `_ping`.
-    pub fn start(&mut self) {
-        self.starts += 1;
-        let log = fs::File::create(self.path(&format!("dockerd-{}.log", self.starts))).unwrap();
-        let mut cmd = Command::new(&self.dockerd);
-        cmd.arg("--data-root")
-            .arg(self.data_root())
-            .arg("--exec-root")
-            .arg(self.path("exec"))
-            .arg("--pidfile")
-            .arg(self.pidfile())
-            .arg("-H")
-            .arg(format!("unix://{}", self.socket().display()))
-            .arg("--config-file")
-            .arg(self.path("daemon.json"))
-            .args([
+    /// dockerd's command line here: live-restore, no networking, vfs, every path private.
+    pub fn command_line(&self) -> Vec<String> {
+        let mut v = vec![
+            self.dockerd.display().to_string(),
+            "--data-root".into(),
+            self.data_root().display().to_string(),
+            "--exec-root".into(),
+            self.path("exec").display().to_string(),
+            "--pidfile".into(),
+            self.pidfile().display().to_string(),
+            "-H".into(),
+            format!("unix://{}", self.socket().display()),
+            "--config-file".into(),
+            self.path("daemon.json").display().to_string(),
+        ];
+        v.extend(
+            [
                 "--live-restore",
                 "--iptables=false",
                 "--ip-masq=false",
                 "--bridge=none",
                 "--storage-driver=vfs",
-            ])
+            ]
+            .map(String::from),
+        );
+        v
+    }
+
+    /// Starts dockerd ([`Self::command_line`]) and waits until it answers `_ping`.
+    pub fn start(&mut self) {
+        self.starts += 1;
+        let log = fs::File::create(self.path(&format!("dockerd-{}.log", self.starts))).unwrap();
+        let argv = self.command_line();
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
             .env(
                 "PATH",
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

@@ -17,6 +17,7 @@ pub mod cri;
 pub mod cri_dockerd;
 pub mod crio;
 pub mod docker;
+pub mod kubelet;
 pub mod node_tree;
 
 /// Makes `cmd` start its child in a session of its own, so signals sent to the test's process

@@ -16,6 +16,7 @@
 //! `PodSandboxStatus` of every sandbox (ready, and its IP when it has a network of its own).
 
 pub mod checkpoint;
+pub mod flags;
 
 use crate::error::Error;
 use crate::hazard::Hazard;
@@ -115,14 +116,14 @@ pub fn applies(plan: &Plan) -> bool {
         && plan.from.is_some_and(|f| f.minor() < 24)
 }
 
-fn host(options: &SwitchOptions) -> Result<HostRoot, Error> {
+pub(crate) fn host(options: &SwitchOptions) -> Result<HostRoot, Error> {
     match &options.host_root {
         Some(dir) => HostRoot::new(dir).map_err(|e| Error::Checkpoint(e.to_string())),
         None => Ok(HostRoot::none()),
     }
 }
 
-fn resolve(host: &HostRoot, p: &str) -> Result<PathBuf, Error> {
+pub(crate) fn resolve(host: &HostRoot, p: &str) -> Result<PathBuf, Error> {
     host.resolve(Path::new(p)).map_err(|e| Error::Io {
         path: PathBuf::from(p),
         source: e,
@@ -216,7 +217,7 @@ pub const REMOVED_KUBELET_FLAGS: [(&str, &str); 8] = [
 ];
 
 /// The kubelet flag files kubeadm and the distribution packages keep.
-const KUBELET_FLAG_FILES: [&str; 3] = [
+pub const KUBELET_FLAG_FILES: [&str; 3] = [
     "/var/lib/kubelet/kubeadm-flags.env",
     "/etc/default/kubelet",
     "/etc/sysconfig/kubelet",
@@ -242,7 +243,7 @@ fn removed_flags_in_use(host: &HostRoot) -> Vec<(String, &'static str)> {
     out
 }
 
-fn sha256(b: &[u8]) -> String {
+pub(crate) fn sha256(b: &[u8]) -> String {
     storepatch::backup::sha256_hex(b)
 }
 

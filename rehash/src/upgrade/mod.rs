@@ -14,12 +14,15 @@
 //! and a run killed with `kill -9` is finished by the next one given the same file: forward
 //! when the patch was complete and read back, otherwise back.
 
+mod flags;
 mod state;
 mod system;
 
+pub use flags::KubeletFlags;
+
 pub use state::{
-    Measured, Phase, Progressed, Step, StepFailure, StepOutcome, StepRecord, UpgradeState,
-    STATE_FORMAT,
+    FlagsFileRecord, Measured, Phase, Progressed, Step, StepFailure, StepOutcome, StepRecord,
+    UpgradeState, STATE_FORMAT,
 };
 pub use system::{SystemNode, DEFAULT_HEALTHZ};
 
@@ -123,6 +126,8 @@ pub struct UpgradeOptions {
     /// A Docker node crossing 1.23 → 1.24: where dockershim's checkpoints are, cri-dockerd's
     /// binary, root and endpoint ([`crate::cri_dockerd::plan_switch`]).
     pub cri_dockerd: crate::cri_dockerd::SwitchOptions,
+    /// The kubelet flag files the switch rewrites.
+    pub kubelet_flags: KubeletFlags,
     /// Set by the caller's SIGINT/SIGTERM handler: inside the window the run rolls back to a
     /// safe state; before it, it stops with nothing stopped.
     pub interrupt: &'static AtomicBool,
@@ -253,32 +258,11 @@ pub fn rollback_state(
     let store = location.open()?;
     let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     if !prev.unfinished() {
+        let (step, cause) = prev.first_failure();
         let result = match prev.phase {
             Phase::Done => UpgradeResult::Done,
-            Phase::Failed => UpgradeResult::Failed {
-                step: prev
-                    .failure
-                    .as_ref()
-                    .map(|f| f.step)
-                    .unwrap_or(Step::Preflight),
-                cause: prev
-                    .failure
-                    .as_ref()
-                    .map(|f| f.cause.clone())
-                    .unwrap_or_default(),
-            },
-            _ => UpgradeResult::RolledBack {
-                step: prev
-                    .failure
-                    .as_ref()
-                    .map(|f| f.step)
-                    .unwrap_or(Step::Preflight),
-                cause: prev
-                    .failure
-                    .as_ref()
-                    .map(|f| f.cause.clone())
-                    .unwrap_or_default(),
-            },
+            Phase::Failed => UpgradeResult::Failed { step, cause },
+            _ => UpgradeResult::RolledBack { step, cause },
         };
         return Ok(UpgradeReport {
             result,
@@ -301,6 +285,7 @@ pub fn rollback_state(
         accept_restarts: false,
         endpoint: None,
         cri_dockerd: crate::cri_dockerd::SwitchOptions::default(),
+        kubelet_flags: KubeletFlags::Keep,
         interrupt,
     };
     sweep_kubelet_temps(&opts.kubelet_path);
@@ -633,7 +618,13 @@ impl<'a> Run<'a> {
                 first_few(&dead)
             ));
         }
-        self.check_new_kubelet()?;
+        let running: Option<Vec<String>> = self
+            .node
+            .kubelet_pid()
+            .and_then(|pid| self.node.cmdline(pid))
+            .map(|argv| argv.into_iter().skip(1).collect());
+        let switched_args = self.plan_kubelet_flags(&plan, running.as_deref())?;
+        self.check_new_kubelet(switched_args)?;
         if std::fs::read_dir(&self.opts.backup_dir).is_ok_and(|mut d| d.next().is_some()) {
             return refuse(format!(
                 "the backup directory {} is not empty: give each run a new one",
@@ -703,7 +694,9 @@ impl<'a> Run<'a> {
             .unwrap_or_else(|| self.store.endpoint())
     }
 
-    fn check_new_kubelet(&mut self) -> Result<(), Preflight> {
+    /// The new binary reports `--to` and accepts the node's kubelet command line: the
+    /// running one's, or `switched_args` (that one as the rewritten flag files give it).
+    fn check_new_kubelet(&mut self, switched_args: Option<Vec<String>>) -> Result<(), Preflight> {
         let Some(new) = &self.opts.new_kubelet else {
             return Ok(());
         };
@@ -745,7 +738,8 @@ impl<'a> Run<'a> {
                 "cannot read the command line of the kubelet (pid {pid})"
             )));
         };
-        let mut args: Vec<String> = argv.into_iter().skip(1).collect();
+        let mut args: Vec<String> =
+            switched_args.unwrap_or_else(|| argv.into_iter().skip(1).collect());
         args.push("--version".into());
         let (ok, out) = self
             .node
@@ -848,6 +842,10 @@ impl<'a> Run<'a> {
         if self.new_kubelet().is_some() && !self.state.done.binary_installed {
             self.step(Step::InstallKubelet, |r| r.install_kubelet())
                 .map_err(at(Step::InstallKubelet))?;
+        }
+        if self.flags_pending() {
+            self.step(Step::KubeletFlags, |r| r.rewrite_kubelet_flags())
+                .map_err(at(Step::KubeletFlags))?;
         }
         if !self.state.done.runtime_up {
             self.step(Step::StartRuntime, |r| r.start_runtime(false))
@@ -1183,7 +1181,9 @@ impl<'a> Run<'a> {
         self.kubelet_down.get_or_insert_with(Instant::now);
         self.save();
         let mut errors: Vec<String> = Vec::new();
-        let wrote = self.state.done.patch_started || self.state.done.binary_install_started;
+        let wrote = self.state.done.patch_started
+            || self.state.done.binary_install_started
+            || self.state.done.flags_rewrite_started;
         // A killed run may have started a service without recording it: what runs is what
         // counts. A runtime it was starting may not answer yet: given its grace first, so the
         // store is never restored under a runtime that then loads the patched one.
@@ -1231,6 +1231,11 @@ impl<'a> Run<'a> {
         if self.state.kubelet_backup.is_some() && self.state.done.binary_install_started {
             if let Err(e) = self.step(Step::UndoKubeletBinary, |r| r.undo_binary()) {
                 errors.push(format!("restoring the kubelet binary: {}", e.0));
+            }
+        }
+        if self.state.done.flags_rewrite_started {
+            if let Err(e) = self.step(Step::UndoKubeletFlags, |r| r.undo_kubelet_flags()) {
+                errors.push(format!("restoring the kubelet flag files: {}", e.0));
             }
         }
         // 4. the runtime and the old kubelet run again, whatever failed above

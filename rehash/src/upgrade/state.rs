@@ -29,6 +29,9 @@ pub enum Step {
     Patch,
     /// Install the new kubelet binary (the old one into the backup).
     InstallKubelet,
+    /// Rewrite the kubelet's flag files for cri-dockerd (the dockershim → cri-dockerd
+    /// switch; the originals into the backup).
+    KubeletFlags,
     /// Start the runtime and wait until its API answers.
     StartRuntime,
     /// `verify --live`.
@@ -45,6 +48,8 @@ pub enum Step {
     UndoStore,
     /// Going back: put the old kubelet binary back.
     UndoKubeletBinary,
+    /// Going back: put the kubelet's original flag files back.
+    UndoKubeletFlags,
     /// Going back: start the runtime.
     UndoStartRuntime,
     /// Going back: start the (old) kubelet.
@@ -62,6 +67,7 @@ impl Step {
                 | Step::UndoStopRuntime
                 | Step::UndoStore
                 | Step::UndoKubeletBinary
+                | Step::UndoKubeletFlags
                 | Step::UndoStartRuntime
                 | Step::UndoStartKubelet
                 | Step::UndoWaitHealthy
@@ -163,6 +169,9 @@ pub struct Progressed {
     pub binary_install_started: bool,
     /// The new kubelet binary is installed.
     pub binary_installed: bool,
+    /// The rewrite of the kubelet's flag files began (their originals are in the backup).
+    #[serde(default)]
+    pub flags_rewrite_started: bool,
 }
 
 impl Default for Progressed {
@@ -174,8 +183,34 @@ impl Default for Progressed {
             patched: false,
             binary_install_started: false,
             binary_installed: false,
+            flags_rewrite_started: false,
         }
     }
+}
+
+/// One kubelet flag file the switch rewrites. The edit is a pure function of the original
+/// bytes ([`crate::cri_dockerd::flags::edit_flags_file`] with `to`, `endpoint` and `append`),
+/// so a run that finishes a killed one writes exactly these bytes, proven by `sha256_new`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlagsFileRecord {
+    /// The flag file.
+    pub path: String,
+    /// Where its original is kept, in this run's backup directory.
+    pub backup: String,
+    /// sha256 of the original bytes.
+    pub sha256_original: String,
+    /// sha256 of the rewritten bytes.
+    pub sha256_new: String,
+    /// The flags it no longer sets.
+    pub dropped: Vec<String>,
+    /// The flags it now sets.
+    pub added: Vec<String>,
+    /// cri-dockerd's endpoint as the node's kubelet is given it.
+    pub endpoint: String,
+    /// Whether the flags were appended as a new `KUBELET_EXTRA_ARGS` line.
+    pub append: bool,
+    /// The new bytes are in place.
+    pub rewritten: bool,
 }
 
 /// The step that failed and why.
@@ -297,6 +332,10 @@ pub struct UpgradeState {
     pub new_kubelet: Option<String>,
     /// Where the old kubelet is kept: `file:<path>` (a copy) or `symlink:<target>`.
     pub kubelet_backup: Option<String>,
+    /// The kubelet flag files the dockershim → cri-dockerd switch rewrites (planned in the
+    /// preflight, rewritten in the window, put back when going back).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubelet_flags: Vec<FlagsFileRecord>,
     /// What has been done.
     pub done: Progressed,
     /// Every step so far, in order.
@@ -361,6 +400,7 @@ impl UpgradeState {
             kubelet_path: opts.kubelet_path.display().to_string(),
             new_kubelet: opts.new_kubelet.as_ref().map(|p| p.display().to_string()),
             kubelet_backup: None,
+            kubelet_flags: Vec::new(),
             done: Progressed::default(),
             steps: Vec::new(),
             kubelet_stopped_unix_ms: None,
@@ -383,6 +423,14 @@ impl UpgradeState {
     /// Whether a run stopped inside the window or while going back (it was killed).
     pub fn unfinished(&self) -> bool {
         matches!(self.phase, Phase::Window | Phase::RollingBack)
+    }
+
+    /// The step that failed first and why (the preflight, with no cause, when none did).
+    pub fn first_failure(&self) -> (Step, String) {
+        match &self.failure {
+            Some(f) => (f.step, f.cause.clone()),
+            None => (Step::Preflight, String::new()),
+        }
     }
 
     /// The step the run was in last.
