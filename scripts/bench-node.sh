@@ -16,7 +16,7 @@
 # * Docker: `plan` + `patch` against (a) `cp -r` + `sync` of the node's `containers/` tree
 #   (every file the patch could touch, copied once).
 # * containerd: the whole `patch` (scan, plan, backup, apply, verify) against (b) Go bbolt
-#   (tools/bbolt-rewrite, built offline by scripts/setup-bbolt-rewrite.sh) rewriting the same
+#   (tools/bbolt-rewrite, built offline by scripts/setup-bbolt-tool.sh rewrite) rewriting the same
 #   hashes in the same meta.db in one transaction, opened with NoFreelistSync as containerd
 #   >= 1.7 opens it; also our backup + apply alone against Go's transaction alone.
 # * Peak RSS (`/usr/bin/time -v`) of `patch` against the size of the store's files, and the
@@ -36,7 +36,7 @@ if [ -n "${BIN_BEFORE:-}" ]; then
     bins=("$BIN_BEFORE" "$bin")
     names=(before after)
 fi
-scripts/setup-bbolt-rewrite.sh >/dev/null
+scripts/setup-bbolt-tool.sh rewrite >/dev/null
 gobin="$here/.cache/bin/bbolt-rewrite"
 
 work="$(mktemp -d "${BENCH_DIR:-/tmp}/kubelet-rehash-bench.XXXXXX")"

@@ -1,39 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent: builds tools/bbolt-check (Go bbolt's own tx.Check, used by the tests on every
-# meta.db they write) into .cache/bin/bbolt-check. Installs Debian's Go toolchain and bbolt
-# source (golang-go, golang-github-coreos-bbolt-dev, golang-golang-x-sys-dev) when missing and
-# builds fully offline against that source: module mode with go.mod's `replace` directives
-# pointing into /usr/share/gocode, no proxy, no checksum database, caches under .cache/.
+# Go bbolt's own tx.Check into .cache/bin/bbolt-check, run by the tests on every meta.db they
+# write (boltfile/src/testing.rs); see scripts/setup-bbolt-tool.sh.
 set -euo pipefail
-
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache="$here/.cache"
-bin="$cache/bin/bbolt-check"
-src="$here/tools/bbolt-check"
-log() { echo "setup-bbolt-check: $*"; }
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-
-need=()
-for p in golang-go golang-github-coreos-bbolt-dev golang-golang-x-sys-dev; do
-    installed "$p" || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-    . "$here/scripts/apt-install.sh"
-    apt_install_quietly "${need[@]}"
-    log "installed ${need[*]}"
-fi
-
-# Rebuild when the binary is missing or older than its source (or the bbolt source).
-if [ -x "$bin" ] && [ -z "$(find "$src" /usr/share/gocode/src/go.etcd.io/bbolt -newer "$bin" -type f -print -quit)" ]; then
-    log "$bin is up to date"
-    exit 0
-fi
-mkdir -p "$cache/bin"
-(
-    cd "$src"
-    env GOCACHE="$cache/go-build" GOPATH="$cache/gopath" GOFLAGS=-mod=mod GOPROXY=off \
-        GOSUMDB=off GONOSUMDB='*' GOTOOLCHAIN=local CGO_ENABLED=0 \
-        go build -trimpath -o "$bin.tmp" .
-)
-mv -f "$bin.tmp" "$bin"
-log "built $bin ($(go version | awk '{print $3}'), bbolt $(dpkg-query -W -f='${Version}' golang-github-coreos-bbolt-dev))"
+exec "$(dirname "${BASH_SOURCE[0]}")/setup-bbolt-tool.sh" check

@@ -6,7 +6,7 @@
 //! node lists those specs.
 //!
 //! There is no kubelet binary for this machine (a real one needs a cluster to register with):
-//! each node's "kubelet" is a stand-in, [`FAKE_KUBELET`], that answers `--version` as a kubelet
+//! each node's "kubelet" is a stand-in, [`testtools::kubelet::Program`], that answers `--version` as a kubelet
 //! of its version does (after refusing flags it does not know, as the kubelet parses every flag
 //! first) and otherwise serves `/healthz` on the node's own port. The nodes' service commands
 //! (`--stop-kubelet` and the others, given through the inventory) start and stop it and the
@@ -50,40 +50,6 @@ const FROM: &str = "1.30";
 const TO: &str = "1.31";
 const HASH: &str = "io.kubernetes.container.hash";
 const ANSIBLE_SETUP: &str = "run scripts/setup-ansible.sh first";
-
-/// The kubelet stand-in. `@VERSION@` is what `--version` reports, `@CRASH@` whether it exits
-/// at start instead of serving.
-const FAKE_KUBELET: &str = r#"#!/usr/bin/python3
-# A kubelet stand-in (cli/tests/ansible_live.rs): no kubelet binary runs on this machine.
-import http.server, signal, sys
-VERSION = "@VERSION@"
-CRASH = @CRASH@
-port = None
-for a in sys.argv[1:]:
-    name, _, value = a.partition("=")
-    if not a.startswith("--") or name == "--version":
-        continue
-    if name != "--healthz-port":
-        print(f"Error: unknown flag: {name}", file=sys.stderr)
-        sys.exit(1)
-    port = int(value)
-if "--version" in sys.argv[1:]:
-    print(f"Kubernetes {VERSION}")
-    sys.exit(0)
-if CRASH:
-    print("E0101 kubelet: failed to run Kubelet: a broken build", file=sys.stderr)
-    sys.exit(1)
-class Healthz(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        ok = self.path == "/healthz"
-        self.send_response(200 if ok else 404)
-        self.end_headers()
-        self.wfile.write(b"ok" if ok else b"not found")
-    def log_message(self, *args):
-        pass
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-http.server.HTTPServer(("127.0.0.1", port), Healthz).serve_forever()
-"#;
 
 /// Shell: stops the process in pid file `$1` (SIGTERM, then waits until it is gone or a zombie:
 /// this machine's pid 1 may not reap the orphans it inherits).
@@ -407,10 +373,16 @@ fn write_exec(path: &Path, text: &str) {
     fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// The kubelet stand-in of `version` (`X.Y.Z`), which refuses the dockershim flags and, with
+/// `crash`, exits at start after answering `--version`.
 fn fake_kubelet(version: &str, crash: bool) -> String {
-    FAKE_KUBELET
-        .replace("@VERSION@", version)
-        .replace("@CRASH@", if crash { "True" } else { "False" })
+    testtools::kubelet::Program {
+        version,
+        removed: &testtools::kubelet::DOCKERSHIM_FLAGS,
+        needs_endpoint: false,
+        crash,
+    }
+    .text()
 }
 
 fn q(p: &Path) -> String {
@@ -609,9 +581,9 @@ fn node(name: &str, runtime: Option<ctd::Line>) -> Node {
             pidf = q(&d.join("kubelet.pid")),
         ),
     );
-    let old_kubelet = fake_kubelet("v1.30.8", false);
+    let old_kubelet = fake_kubelet("1.30.8", false);
     write_exec(&d.join("usr/bin/kubelet"), &old_kubelet);
-    write_exec(&d.join("kubelet-v1.31.4"), &fake_kubelet("v1.31.4", false));
+    write_exec(&d.join("kubelet-v1.31.4"), &fake_kubelet("1.31.4", false));
     for sub in ["kubelet", "manifests"] {
         fs::create_dir_all(d.join(sub)).unwrap();
     }
@@ -787,7 +759,7 @@ fn ansible_rolls_upgrade_over_four_real_runtime_nodes_and_stops_at_a_failed_one(
     // node-b's new kubelet reports the right version but does not start
     write_exec(
         &nodes[1].path("kubelet-v1.31.4"),
-        &fake_kubelet("v1.31.4", true),
+        &fake_kubelet("1.31.4", true),
     );
     let inv = inventory(&nodes, work.path());
     let extra = json!({"kubelet_rehash_serial": 2, "kubelet_rehash_max_fail_percentage": 49});
@@ -850,7 +822,7 @@ fn ansible_rolls_upgrade_over_four_real_runtime_nodes_and_stops_at_a_failed_one(
     // node-b given a kubelet of another minor version: refused before anything is stopped
     write_exec(
         &nodes[1].path("kubelet-v1.31.4"),
-        &fake_kubelet("v1.32.0", false),
+        &fake_kubelet("1.32.0", false),
     );
     let wrong = ansible_playbook(&inv, work.path(), extra.clone(), Some("node-b"));
     let log = &wrong.out;
@@ -864,7 +836,7 @@ fn ansible_rolls_upgrade_over_four_real_runtime_nodes_and_stops_at_a_failed_one(
     // node-b gets a kubelet that starts; the rest of the fleet goes
     write_exec(
         &nodes[1].path("kubelet-v1.31.4"),
-        &fake_kubelet("v1.31.4", false),
+        &fake_kubelet("1.31.4", false),
     );
     let second = ansible_playbook(&inv, work.path(), extra, Some("node-b,node-c,node-d"));
     let log = &second.out;

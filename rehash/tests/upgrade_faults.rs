@@ -439,6 +439,40 @@ fn a_signal_at_each_step_goes_back_to_a_safe_state() {
     }
 }
 
+/// Kills the run at `step` (the state file stays as last written, unfinished), then runs
+/// `upgrade` again with the same options, or `rollback --state`.
+fn killed_then_rerun(
+    s: &Setup,
+    fake: &FakeNode,
+    interrupt: &'static AtomicBool,
+    step: Step,
+    rerun_with_rollback: bool,
+) -> (String, rehash::UpgradeReport) {
+    fake.fault.set(Fault::Kill(step));
+    let opts = options(s, interrupt);
+    let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rehash::upgrade(&opts, fake)
+    }));
+    assert!(died.is_err(), "killed at {step:?}");
+    let left = rehash::UpgradeState::read(&s.state).unwrap().unwrap();
+    assert!(left.unfinished(), "{step:?}: {:?}", left.phase);
+    fake.fault.set(Fault::None);
+    let what = format!("killed at {step:?}, rerun with rollback={rerun_with_rollback}");
+    let r = if rerun_with_rollback {
+        rehash::upgrade::rollback_state(
+            &s.state,
+            &s.node.location,
+            "http://fake/healthz",
+            fake,
+            interrupt,
+        )
+        .unwrap()
+    } else {
+        rehash::upgrade(&opts, fake).unwrap()
+    };
+    (what, r)
+}
+
 #[test]
 fn killed_at_each_step_the_next_run_finishes_the_job() {
     for step in WINDOW {
@@ -447,28 +481,7 @@ fn killed_at_each_step_the_next_run_finishes_the_job() {
             let before = snapshot(&s);
             let interrupt = flag();
             let fake = FakeNode::new(interrupt);
-            fake.fault.set(Fault::Kill(step));
-            let opts = options(&s, interrupt);
-            let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                rehash::upgrade(&opts, &fake)
-            }));
-            assert!(died.is_err(), "killed at {step:?}");
-            let left = rehash::UpgradeState::read(&s.state).unwrap().unwrap();
-            assert!(left.unfinished(), "{step:?}: {:?}", left.phase);
-            fake.fault.set(Fault::None);
-            let what = format!("killed at {step:?}, rerun with rollback={rerun_with_rollback}");
-            let r = if rerun_with_rollback {
-                rehash::upgrade::rollback_state(
-                    &s.state,
-                    &s.node.location,
-                    "http://fake/healthz",
-                    &fake,
-                    interrupt,
-                )
-                .unwrap()
-            } else {
-                rehash::upgrade(&opts, &fake).unwrap()
-            };
+            let (what, r) = killed_then_rerun(&s, &fake, interrupt, step, rerun_with_rollback);
             assert!(fake.safe(), "{what}: kubelet and runtime run");
             let patched = step > Step::Patch;
             if patched && !rerun_with_rollback {
@@ -962,26 +975,7 @@ fn killed_across_the_switch_the_flag_file_goes_forward_or_back_with_the_store() 
             let interrupt = flag();
             let mut fake = FakeNode::new(interrupt);
             dockershim_kubelet(&mut fake);
-            fake.fault.set(Fault::Kill(step));
-            let opts = options(&s, interrupt);
-            let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                rehash::upgrade(&opts, &fake)
-            }));
-            assert!(died.is_err(), "killed at {step:?}");
-            fake.fault.set(Fault::None);
-            let what = format!("killed at {step:?}, rerun with rollback={rerun_with_rollback}");
-            let r = if rerun_with_rollback {
-                rehash::upgrade::rollback_state(
-                    &s.state,
-                    &s.node.location,
-                    "http://fake/healthz",
-                    &fake,
-                    interrupt,
-                )
-                .unwrap()
-            } else {
-                rehash::upgrade(&opts, &fake).unwrap()
-            };
+            let (what, r) = killed_then_rerun(&s, &fake, interrupt, step, rerun_with_rollback);
             assert!(fake.safe(), "{what}: kubelet and runtime run");
             if rerun_with_rollback {
                 assert!(

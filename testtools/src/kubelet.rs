@@ -35,14 +35,54 @@ pub const DOCKERSHIM_FLAGS: [&str; 8] = [
 /// with `needs_endpoint` it also refuses to run without `--container-runtime-endpoint` (a
 /// kubelet with no dockershim has no runtime of its own).
 pub fn program(version: &str, removed: &[&str], needs_endpoint: bool) -> String {
-    let needs = if needs_endpoint { "True" } else { "False" };
-    format!(
-        r#"#!/usr/bin/env python3
+    Program {
+        version,
+        removed,
+        needs_endpoint,
+        crash: false,
+    }
+    .text()
+}
+
+/// A stand-in's behaviour, for [`Program::text`].
+pub struct Program<'a> {
+    /// What `--version` reports (`X.Y.Z`).
+    pub version: &'a str,
+    /// The flags it refuses (this version removed them).
+    pub removed: &'a [&'a str],
+    /// It refuses to run without `--container-runtime-endpoint`.
+    pub needs_endpoint: bool,
+    /// It answers `--version`, then exits at start (a broken build): never healthy.
+    pub crash: bool,
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+impl Program<'_> {
+    /// The program's text. `--running-marker` is optional: without it nothing is written.
+    pub fn text(&self) -> String {
+        let Program {
+            version,
+            removed,
+            needs_endpoint,
+            crash,
+        } = self;
+        let needs = py_bool(*needs_endpoint);
+        let crash = py_bool(*crash);
+        format!(
+            r#"#!/usr/bin/env python3
 # A kubelet stand-in (testtools/src/kubelet.rs): no kubelet binary runs on this machine.
 import http.server, socket, sys, time
 VERSION = "v{version}"
 REMOVED = {removed:?}
 NEEDS_ENDPOINT = {needs}
+CRASH = {crash}
 flags = [a for a in sys.argv[1:] if a.startswith("--")]
 for a in flags:
     if a.split("=", 1)[0] in REMOVED:
@@ -51,6 +91,9 @@ for a in flags:
 if "--version" in flags:
     print("Kubernetes " + VERSION)
     sys.exit(0)
+if CRASH:
+    sys.stderr.write("E0101 kubelet: failed to run Kubelet: a broken build\n")
+    sys.exit(1)
 opt = dict(a[2:].split("=", 1) for a in flags if "=" in a)
 endpoint = opt.get("container-runtime-endpoint")
 if NEEDS_ENDPOINT and endpoint is None:
@@ -79,11 +122,13 @@ class Healthz(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 server = http.server.HTTPServer(("127.0.0.1", int(opt["healthz-port"])), Healthz)
-with open(opt["running-marker"], "w") as f:
-    f.write(VERSION + " " + (endpoint or "dockershim"))
+if "running-marker" in opt:
+    with open(opt["running-marker"], "w") as f:
+        f.write(VERSION + " " + (endpoint or "dockershim"))
 server.serve_forever()
 "#
-    )
+        )
+    }
 }
 
 /// A node's kubelet: the stand-in installed at the node's kubelet path, with the files its

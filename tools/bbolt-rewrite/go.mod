@@ -1,5 +1,5 @@
 // Built fully offline against the bbolt source Debian ships (golang-github-coreos-bbolt-dev,
-// golang-golang-x-sys-dev): scripts/setup-bbolt-rewrite.sh. No proxy, no checksum database.
+// golang-golang-x-sys-dev): scripts/setup-bbolt-tool.sh rewrite. No proxy, no checksum database.
 module kubelet-rehash/tools/bbolt-rewrite
 
 go 1.19

@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# Idempotent: builds tools/bbolt-rewrite (the Go bbolt reference of scripts/bench-node.sh; not used by
-# the tests) into .cache/bin/bbolt-rewrite. Installs Debian's Go toolchain and bbolt
+# Usage: scripts/setup-bbolt-tool.sh check|rewrite
+# Idempotent: builds the Go bbolt program tools/bbolt-<tool> into .cache/bin/bbolt-<tool>:
+#   check   — Go bbolt's own tx.Check, run by the tests on every meta.db they write
+#             (scripts/setup-bbolt-check.sh);
+#   rewrite — the Go bbolt reference rewriter of scripts/bench-node.sh (not used by the tests).
+# Installs Debian's Go toolchain and bbolt
 # source (golang-go, golang-github-coreos-bbolt-dev, golang-golang-x-sys-dev) when missing and
 # builds fully offline against that source: module mode with go.mod's `replace` directives
 # pointing into /usr/share/gocode, no proxy, no checksum database, caches under .cache/.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tool="${1:?usage: setup-bbolt-tool.sh check|rewrite}"
+case "$tool" in
+    check | rewrite) ;;
+    *) echo "setup-bbolt-tool: unknown tool '$tool' (check or rewrite)" >&2; exit 2 ;;
+esac
 cache="$here/.cache"
-bin="$cache/bin/bbolt-rewrite"
-src="$here/tools/bbolt-rewrite"
-log() { echo "setup-bbolt-rewrite: $*"; }
+bin="$cache/bin/bbolt-$tool"
+src="$here/tools/bbolt-$tool"
+log() { echo "setup-bbolt-$tool: $*"; }
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
 need=()
