@@ -68,7 +68,7 @@ fn verify_cmd(node: &Node, to: &str) -> Command {
     c
 }
 
-fn rollback_cmd(node: &Node, bk: &Path, flags: Vec<String>) -> Command {
+fn rollback_cmd(bk: &Path, flags: Vec<String>) -> Command {
     let mut c = Command::new(bin());
     c.arg("rollback").arg("--backup-dir").arg(bk).args(flags);
     c
@@ -90,8 +90,8 @@ struct Row {
     want: &'static str,
 }
 
-/// Runs one row: `make` gives the node and the command (and keeps what must live while it
-/// runs); the store must be unchanged unless the row's code is 0 or 4.
+/// Runs one row's command against `node`: the code and message must be the row's, and the
+/// store unchanged unless the row is a plan or verify (never write) or its code is 0 or 4.
 fn check_row(row: &Row, node: &Node, cmd: Command) {
     let before = node.snapshot();
     let r = run(cmd);
@@ -267,10 +267,10 @@ fn every_exit_code_path_of_every_subcommand() {
 
     // ---- rollback ---------------------------------------------------------------------
     let (n, bk) = patched("docker-20.10");
-    let c = rollback_cmd(&n, &bk, n.store_flags());
+    let c = rollback_cmd(&bk, n.store_flags());
     row("rollback", 0, "after a patch", "restored", &n, c);
     let (n, bk) = patched("docker-20.10");
-    let c = rollback_cmd(&n, &bk.join("manifest.json").join("x"), n.store_flags());
+    let c = rollback_cmd(&bk.join("manifest.json").join("x"), n.store_flags());
     row(
         "rollback",
         1,
@@ -280,7 +280,7 @@ fn every_exit_code_path_of_every_subcommand() {
         c,
     );
     let (n, bk) = patched("docker-20.10");
-    let c = rollback_cmd(&n, &n.dir.join("no-such-backup"), n.store_flags());
+    let c = rollback_cmd(&n.dir.join("no-such-backup"), n.store_flags());
     row(
         "rollback",
         2,
@@ -291,7 +291,7 @@ fn every_exit_code_path_of_every_subcommand() {
     );
     drop(bk);
     let (n, bk) = patched("docker-20.10");
-    let c = rollback_cmd(&n, &bk, with_runtime(&n, "containerd"));
+    let c = rollback_cmd(&bk, with_runtime(&n, "containerd"));
     // the manifest names the store: flags naming another are a refusal (README: exit 3)
     row(
         "rollback",
@@ -303,7 +303,7 @@ fn every_exit_code_path_of_every_subcommand() {
     );
     let (n, bk) = patched("docker-20.10");
     let _l = listen(&n);
-    let c = rollback_cmd(&n, &bk, n.store_flags());
+    let c = rollback_cmd(&bk, n.store_flags());
     row("rollback", 3, "runtime running", "is running", &n, c);
     drop(_l);
 
