@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Fuzz smoke run: builds the cargo-fuzz targets of fuzz/ and runs each for FUZZ_TIME seconds
 # (default 20). Exits non-zero when any target finds a crash (the input is left in
-# fuzz/artifacts/<target>/). Idempotent: installs cargo-fuzz when missing, seeds the corpora
-# (fuzz/corpus/<target>/, gitignored) from fixtures/ every time (content-addressed names).
+# fuzz/artifacts/<target>/). Idempotent: installs cargo-fuzz when missing.
+#
+# Corpora: fuzz/corpus/<target>/ is committed (minimized with `cargo fuzz cmin`), so every run
+# starts where the earlier ones left off; libFuzzer adds the new inputs it finds there. Seeds
+# made from fixtures/ every time go to a temp dir (read only), as does fuzz/seeds/<target>/.
+# fuzz/EXECUTIONS.md records the executions each target has had in all (FUZZ_RECORD=1 adds
+# this run's to it); FUZZ_CMIN=1 minimizes each corpus in place after the run.
 #
 # The machine has only stable Rust: cargo-fuzz's nightly flags (-Zsanitizer=address, sancov)
 # are enabled with RUSTC_BOOTSTRAP=1. Environment:
@@ -10,6 +15,8 @@
 #   FUZZ_TARGETS="a b"      subset of targets (default: all)
 #   FUZZ_SANITIZER=address  or none (faster, no ASan)
 #   FUZZ_JOBS=1             targets run at the same time (the machine has 2 shared cores)
+#   FUZZ_RECORD=0           1: add this run's executions to fuzz/EXECUTIONS.md
+#   FUZZ_CMIN=0             1: `cargo fuzz cmin` each corpus after the run
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -26,9 +33,13 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 export RUSTC_BOOTSTRAP=1
 
-# ---- seed corpora from fixtures/ ----------------------------------------------------------
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+SEEDS=$TMP/seeds
+
+# ---- seed corpora from fixtures/ (into $SEEDS, not the committed corpus) --------------------
 put() { # put <target> <file-with-content>: copy under its content hash
-    local dir=fuzz/corpus/$1 h
+    local dir=$SEEDS/$1 h
     mkdir -p "$dir"
     h=$(sha1sum "$2" | cut -c1-16)
     [ -e "$dir/seed-$h" ] || cp "$2" "$dir/seed-$h"
@@ -66,22 +77,21 @@ seed() {
         put_text bolt_edit_model "$script"
     done
     # cri_extension_edit: fuzz/seeds/cri_extension_edit (committed; real values from the
-    # fixtures' meta.db files) is passed as a second corpus directory
-    mkdir -p fuzz/corpus/cri_extension_edit
+    # fixtures' meta.db files) is passed as a further corpus directory
+    mkdir -p "$SEEDS/cri_extension_edit"
 }
 seed
+for t in "${TARGETS[@]}"; do mkdir -p fuzz/corpus/"$t" "$SEEDS/$t"; done
 
 # ---- build and run --------------------------------------------------------------------------
 cd fuzz
 FLAGS=(-O -a -s "$SAN")
 cargo fuzz build "${FLAGS[@]}"
 
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 export TMPDIR=$TMP  # bolt_open_scan writes its private store root here
 
 run() { # run <target>: libFuzzer's output goes to $TMP/<target>.log
-    local t=$1 dirs=(corpus/"$1")
+    local t=$1 dirs=(corpus/"$1" "$SEEDS/$1")
     [ -d seeds/"$t" ] && dirs+=(seeds/"$t")
     cargo fuzz run "${FLAGS[@]}" "$t" "${dirs[@]}" -- \
         -max_total_time="$TIME" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
@@ -105,11 +115,38 @@ for i in "${!pids[@]}"; do
     if ! wait "${pids[$i]}"; then failed+=("${names[$i]}"); fi
 done
 
+record() { # record <target> <execs>: adds to the target's row of fuzz/EXECUTIONS.md
+    local f=EXECUTIONS.md
+    awk -v t="$1" -v n="$2" -v san="$SAN" -v d="$(date -u +%F)" -v s="$TIME" '
+        BEGIN { FS = OFS = "|" }
+        $2 == " " t " " { $3 = " " ($3 + n) " "; $4 = " " ($4 + 1) " "; $5 = " " d " (" s " s, " san ") " }
+        { print }' "$f" >"$f.new" && mv "$f.new" "$f"
+}
+
 for t in "${TARGETS[@]}"; do
     execs=$(grep -E '^stat::number_of_executed_units' "$TMP/$t.log" | awk '{print $2}')
     cov=$(grep -E '^#[0-9]+.*(DONE|cov:)' "$TMP/$t.log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+' || true)
     echo "fuzz-smoke: $t: ${execs:-?} execs, ${cov:-no stats}"
+    if [ "${FUZZ_RECORD:-0}" = 1 ] && [ -n "${execs:-}" ]; then record "$t" "$execs"; fi
 done
+# Minimizing keeps every input that adds an edge (-use_counters=0: hit counts do not count,
+# which keeps a corpus a quarter the size); bolt_open_scan then keeps its smallest inputs up to
+# 512 KiB: its inputs are bolt files of tens to hundreds of KiB, and the 256 KiB real files
+# come back as seeds every run (small valid ones are in fuzz/seeds/bolt_open_scan).
+if [ "${FUZZ_CMIN:-0}" = 1 ]; then
+    for t in "${TARGETS[@]}"; do
+        cargo fuzz cmin "${FLAGS[@]}" "$t" corpus/"$t" -- -use_counters=0 >"$TMP/$t.cmin.log" 2>&1 ||
+            { echo "fuzz-smoke: cmin $t failed" >&2; tail -n 20 "$TMP/$t.cmin.log" >&2; exit 1; }
+        if [ "$t" = bolt_open_scan ]; then
+            total=0
+            while IFS= read -r f; do
+                s=$(stat -c %s corpus/"$t"/"$f")
+                if [ $((total + s)) -le 524288 ]; then total=$((total + s)); else rm -f corpus/"$t"/"$f"; fi
+            done < <(ls -Sr corpus/"$t")
+        fi
+        echo "fuzz-smoke: $t: corpus $(find corpus/"$t" -type f | wc -l) files, $(du -sb corpus/"$t" | cut -f1) bytes after cmin"
+    done
+fi
 if [ "${#failed[@]}" -gt 0 ]; then
     for t in "${failed[@]}"; do
         echo "fuzz-smoke: $t FAILED; last lines of its log:" >&2

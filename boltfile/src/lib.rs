@@ -826,8 +826,19 @@ pub struct Db {
 }
 
 impl Db {
-    /// Maps `file` read-only. The caller must keep others from truncating it while mapped (we
-    /// hold its flock; containerd respects it and bolt files only ever grow).
+    /// Opens `file` for reading: a read-only map when every byte of it is allocated on
+    /// disk, otherwise its bytes read into memory. The caller must keep others from
+    /// truncating it meanwhile (we hold its flock; containerd respects it and bolt files only
+    /// ever grow).
+    ///
+    /// Why not always a map: a page of a map that the file system cannot back kills the
+    /// process with SIGBUS instead of returning an error. bbolt grows its file with
+    /// `ftruncate`, so a real meta.db has holes past its high-water mark, and on tmpfs (and
+    /// any file system that allocates on a read fault) touching a hole through a map when the
+    /// file system is full is exactly that. `pread` of a hole returns zeros without
+    /// allocating anything, and any error is an error. A file without holes (SEEK_HOLE finds
+    /// none before its end) is mapped over exactly the length it has, which keeps a large
+    /// compacted or copied file cheap to open.
     pub fn map(file: &File) -> Result<Db, BoltError> {
         let len = file
             .metadata()
@@ -835,10 +846,13 @@ impl Db {
             .len();
         let data = if len == 0 {
             Data::Owned(Vec::new())
+        } else if has_holes(file, len) {
+            Data::Owned(read_all_at(file, len).map_err(|e| BoltError::new("file", e))?)
         } else {
-            // SAFETY: read-only shared mapping of a regular file; see the method docs.
+            // SAFETY: read-only shared mapping of a regular file without holes, over exactly
+            // its length; see the method docs.
             Data::Map(
-                unsafe { memmap2::MmapOptions::new().map(file) }
+                unsafe { memmap2::MmapOptions::new().len(len as usize).map(file) }
                     .map_err(|e| BoltError::new("file", format!("cannot map: {e}")))?,
             )
         };
@@ -881,6 +895,28 @@ impl Db {
         dump_bucket(&self.view(), self.root(), &mut Vec::new(), &mut out, 0)?;
         Ok(out)
     }
+}
+
+/// Whether `file` (of `len` bytes) may have a hole: SEEK_HOLE finds one before its end, or
+/// cannot tell (an error counts as a hole: the caller then reads instead of mapping).
+fn has_holes(file: &File, len: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a valid fd; the offset it moves is reset below, and every
+    // read of this crate is positional anyway.
+    let hole = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE) };
+    // SAFETY: as above.
+    unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_SET) };
+    hole < 0 || (hole as u64) < len
+}
+
+/// The first `len` bytes of `file`, by `pread`; an error when it is shorter now.
+fn read_all_at(file: &File, len: u64) -> Result<Vec<u8>, String> {
+    use std::os::unix::fs::FileExt;
+    let len = usize::try_from(len).map_err(|_| format!("{len} bytes do not fit in memory"))?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, 0)
+        .map_err(|e| format!("cannot read {len} bytes: {e}"))?;
+    Ok(buf)
 }
 
 /// One line of [`Db::dump`].

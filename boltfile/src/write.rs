@@ -448,11 +448,19 @@ pub struct CommitError {
     pub source: std::io::Error,
     /// True when every byte written was put back (file identical to before).
     pub restored: bool,
+    /// For a failed reservation: the bytes the commit needed allocated.
+    pub needed: Option<u64>,
 }
 
 impl fmt::Display for CommitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} failed: {}", self.step, self.source)?;
+        if let Some(n) = self.needed {
+            write!(
+                f,
+                " (the commit needs up to {n} bytes of free space for its new pages)"
+            )?;
+        }
         if self.restored {
             write!(f, " (the file was restored to its previous bytes)")
         } else {
@@ -516,28 +524,39 @@ pub fn commit_with(
         meta_off,
         data[meta_off as usize..(meta_off + ps) as usize].to_vec(),
     ));
-    let undo =
-        |storage: &mut dyn Storage, step: &'static str, source: std::io::Error| -> CommitError {
-            let mut ok = true;
-            for (off, bytes) in &saved {
-                ok &= storage.write(Step::Undo, *off, bytes).is_ok();
-            }
-            if storage.file_len().unwrap_or(0) != len_before {
-                ok &= storage.set_len(Step::Undo, len_before).is_ok();
-            }
-            ok &= storage.sync_data(Step::Undo).is_ok();
-            CommitError {
-                step,
-                source,
-                restored: ok,
-            }
-        };
+    // `wrote`: whether a page may have been written. A failed reservation wrote none, and
+    // writing the saved bytes back would need the very space that is missing (the pages past
+    // the high-water mark may be holes): only the length is put back then.
+    let undo = |storage: &mut dyn Storage,
+                step: &'static str,
+                source: std::io::Error,
+                wrote: bool|
+     -> CommitError {
+        let mut ok = true;
+        for (off, bytes) in saved.iter().filter(|_| wrote) {
+            ok &= storage.write(Step::Undo, *off, bytes).is_ok();
+        }
+        if storage.file_len().unwrap_or(0) != len_before {
+            ok &= storage.set_len(Step::Undo, len_before).is_ok();
+        }
+        ok &= storage.sync_data(Step::Undo).is_ok();
+        CommitError {
+            step,
+            source,
+            restored: ok,
+            needed: None,
+        }
+    };
 
     // Reserve the pages after the old high-water mark first, so a full disk fails here,
     // before any byte of the file changed (they may be holes in a sparse file).
     let old_end = plan.old_meta.hwm * ps;
-    if let Err(e) = storage.allocate(Step::Reserve, old_end, need.saturating_sub(old_end)) {
-        return Err(undo(storage, "reserving space for the new pages", e));
+    let reserve = need.saturating_sub(old_end);
+    if let Err(e) = storage.allocate(Step::Reserve, old_end, reserve) {
+        // Say how much room the commit needs, so the operator knows what to free.
+        let mut err = undo(storage, "reserving space for the new pages", e, false);
+        err.needed = Some(reserve);
+        return Err(err);
     }
     // Data pages, in page order, one write per contiguous run.
     let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -550,18 +569,18 @@ pub fn commit_with(
     }
     for (id, buf) in &runs {
         if let Err(e) = storage.write(Step::WritePages, id * ps, buf) {
-            return Err(undo(storage, "writing data pages", e));
+            return Err(undo(storage, "writing data pages", e, true));
         }
         stats.bytes_written += buf.len() as u64;
     }
     if let Err(e) = storage.sync_data(Step::SyncPages) {
-        return Err(undo(storage, "syncing data pages", e));
+        return Err(undo(storage, "syncing data pages", e, true));
     }
     // The new meta goes over the older meta page; until it is durable the current meta
     // (and its untouched tree) is the newest valid one.
     let meta_page = plan.new_meta.encode();
     if let Err(e) = storage.write(Step::WriteMeta, meta_off, &meta_page) {
-        return Err(undo(storage, "writing the meta page", e));
+        return Err(undo(storage, "writing the meta page", e, true));
     }
     stats.bytes_written += meta_page.len() as u64;
     stats.pages_written += 1;
@@ -570,6 +589,7 @@ pub fn commit_with(
             step: "syncing the meta page",
             source: e,
             restored: false,
+            needed: None,
         });
     }
     stats.file_len_after = storage.file_len().unwrap_or(0);

@@ -706,6 +706,16 @@ fn cmd_rollback(
     out: &mut dyn Write,
 ) -> Done {
     let location = store.location()?;
+    // A --backup-dir that is not there is a wrong argument (exit 2), like a missing --root;
+    // any other error reading it is the rollback's own.
+    if let Err(e) = std::fs::symlink_metadata(backup_dir) {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return Err(Failure::usage(format!(
+                "--backup-dir {}: no such directory",
+                backup_dir.display()
+            )));
+        }
+    }
     if values {
         let s = rehash::rollback::open_backed_up_store(backup_dir, &location)?;
         let v = rehash::rollback_values(backup_dir, s.as_ref())?;

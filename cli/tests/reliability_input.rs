@@ -1376,3 +1376,63 @@ fn the_lock_holds_for_a_run_with_another_run_dir() {
     storepatch::lock::StoreLock::acquire(&node.store_root())
         .expect("released when the holder ended");
 }
+
+/// CRI-O: a runroot copy of `config.json` (the runc bundle) holding another hash than the
+/// graphroot copy is unproven, named in the plan with the runroot path, and left alone by
+/// `patch` (both copies keep their bytes) while every other container is rewritten.
+#[test]
+fn crio_runroot_copy_with_another_hash_is_unproven_and_never_rewritten() {
+    let node = small("crio-1.30");
+    let to = node.last_target();
+    let id = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
+    let rel = Path::new("overlay-containers")
+        .join(id)
+        .join("userdata/config.json");
+    let run_cfg = node.dir.join("run/containers/storage").join(&rel);
+    let graph_cfg = node.store_root().join(&rel);
+    let text = std::fs::read_to_string(&run_cfg).unwrap();
+    assert!(text.contains("e7299d5"), "the fixture's stored hash");
+    std::fs::write(&run_cfg, text.replace("e7299d5", "1234567")).unwrap();
+    let (run_before, graph_before) = (
+        std::fs::read(&run_cfg).unwrap(),
+        std::fs::read(&graph_cfg).unwrap(),
+    );
+    let hashes_before = node.stored_hashes(&to);
+
+    let r = node.plan(&to);
+    assert!(r.ok(), "{r:?}");
+    let plan: Value = serde_json::from_str(&r.stdout).unwrap();
+    let rec = plan["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap();
+    assert_eq!(rec["action"], "unproven", "{rec}");
+    let reason = rec["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&run_cfg.display().to_string()) && reason.contains("1234567"),
+        "the plan names the runroot copy and its hash: {reason}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let r = node.patch(&to, &tmp.path().join("bk"));
+    assert_eq!(r.code, Some(4), "one container stays unproven: {r:?}");
+    assert_eq!(
+        std::fs::read(&run_cfg).unwrap(),
+        run_before,
+        "runroot copy kept"
+    );
+    assert_eq!(
+        std::fs::read(&graph_cfg).unwrap(),
+        graph_before,
+        "graphroot copy kept"
+    );
+    let after = node.stored_hashes(&to);
+    let rewritten = after
+        .iter()
+        .filter(|(k, v)| hashes_before.get(*k) != Some(*v))
+        .count();
+    assert!(rewritten > 0, "the other containers were rewritten");
+    assert_eq!(after[id], hashes_before[id], "the unproven one was not");
+}

@@ -506,6 +506,40 @@ fn rollback_refuses_forged_backups_and_writes_nothing_outside_the_store() {
     }
     std::fs::remove_file(root.join("evil")).unwrap();
 
+    // `--accept-unrecorded` with a forged `sha256_new: null`: a file whose bytes are neither
+    // the original nor what the patch recorded it was about to write is never overwritten,
+    // be it the entry's own file (holding the patched bytes) or another file of the store.
+    let unrelated = first.with_file_name("hostconfig.json");
+    assert!(unrelated.is_file(), "{}", unrelated.display());
+    for (case, path) in [
+        ("its own file", &first),
+        ("an unrelated store file", &unrelated),
+    ] {
+        let p = path.display().to_string();
+        edit_manifest(&bk, |m| {
+            m["entries"][0]["path"] = p.clone().into();
+            m["entries"][0]["sha256_new"] = serde_json::Value::Null;
+        });
+        let before = std::fs::read(path).unwrap();
+        let r = node.rollback(&bk, true);
+        assert_eq!(r.code, Some(3), "accept-unrecorded, {case}: {r:?}");
+        assert!(
+            r.stderr.contains(&p) && r.stderr.contains("--accept-unrecorded cannot restore it"),
+            "accept-unrecorded, {case}: names the file and why: {}",
+            r.stderr
+        );
+        assert_eq!(
+            std::fs::read(path).unwrap(),
+            before,
+            "accept-unrecorded, {case}: not overwritten"
+        );
+        assert!(
+            node.snapshot().diff(&patched).is_empty(),
+            "accept-unrecorded, {case}: store"
+        );
+        std::fs::write(bk.join("manifest.json"), &manifest).unwrap();
+    }
+
     // set-id bits never come back; a file whose owner changed since keeps its owner
     let second = PathBuf::from(v["entries"][1]["path"].as_str().unwrap());
     std::os::unix::fs::chown(&second, Some(1234), Some(1234)).unwrap();
@@ -575,4 +609,70 @@ fn an_unprivileged_patch_locks_in_its_own_users_directory() {
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(files.len(), 1, "one lock file, for the one store");
     std::fs::remove_dir_all(locks).unwrap();
+}
+
+/// A backup is only as safe as the directories above it: one that others may write without
+/// the sticky bit lets them rename the backup directory away and put another in its place
+/// (nobody does it here). `rollback` refuses such a backup (exit 3, naming the directory),
+/// whichever ancestor it is, and restores nothing; with the sticky bit (as /tmp has) nobody
+/// can no longer rename it, and the rollback works.
+#[test]
+fn rollback_refuses_a_backup_below_a_directory_others_may_write() {
+    require_root("runuser");
+    let node = small("docker-20.10");
+    let to = node.last_target();
+    let base = tempfile::tempdir().unwrap();
+    let set_mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    set_mode(base.path(), 0o755);
+    let (p, q) = (base.path().join("p"), base.path().join("p/q"));
+    let bk = q.join("bk");
+    let r = node.patch(&to, &bk);
+    assert!(r.ok(), "{r:?}");
+    let patched = node.snapshot();
+    for (open, what) in [(&p, "two levels up"), (&q, "the parent")] {
+        set_mode(&p, 0o755);
+        set_mode(&q, 0o755);
+        set_mode(open, 0o777);
+        // what makes it untrusted: nobody can move the backup directory away
+        let moved = q.join("moved");
+        let out = as_nobody(&format!(
+            "mv {} {}",
+            q.join("bk").display(),
+            moved.display()
+        ));
+        if open == &q {
+            assert!(
+                out.status.success(),
+                "nobody renames in a 0777 dir: {out:?}"
+            );
+            std::fs::rename(&moved, &bk).unwrap();
+        }
+        let r = node.rollback(&bk, false);
+        assert_eq!(r.code, Some(3), "{what} writable by others: {r:?}");
+        assert!(
+            r.stderr.contains(&open.display().to_string())
+                && r.stderr
+                    .contains("writable by others without the sticky bit"),
+            "{what}: names the directory: {}",
+            r.stderr
+        );
+        assert!(node.snapshot().diff(&patched).is_empty(), "{what}: store");
+    }
+    // sticky, like /tmp: nobody cannot rename root's backup, and the rollback works
+    set_mode(&p, 0o755);
+    set_mode(&q, 0o1777);
+    let out = as_nobody(&format!(
+        "mv {} {}",
+        bk.display(),
+        q.join("moved").display()
+    ));
+    assert!(
+        !out.status.success(),
+        "the sticky bit stops nobody: {out:?}"
+    );
+    let r = node.rollback(&bk, false);
+    assert_eq!(r.code, Some(0), "a sticky parent is trusted: {r:?}");
+    let pristine = small("docker-20.10").snapshot();
+    assert!(node.snapshot().diff(&pristine).is_empty(), "restored");
 }

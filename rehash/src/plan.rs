@@ -774,6 +774,40 @@ fn decide(
         p.from_hash_without_resources = f.hash_without_resources;
     }
     let cmp = compared(spec.ctype, running, input.to);
+    if let Some(copy) = &r.other_copy {
+        // A second copy of the record (CRI-O's runroot config.json) with other hashes: which
+        // one the container was created from is unproven, unless that copy already holds the
+        // target's hashes (a patch interrupted between its runroot and graphroot writes,
+        // which the rewrite finishes) or hashes the current kubelet computes for this spec
+        // (the graphroot copy was patched by a run that did not know the runroot).
+        let parsed = |s: &Option<String>| s.as_deref().and_then(|s| s.parse::<Hash>().ok());
+        let as_record = StoreRecord {
+            hash: copy.hash.clone(),
+            hash_without_resources: copy.hash_without_resources.clone(),
+            ..r.clone()
+        };
+        let copy_proven =
+            matches!(&from_h, Ok(f) if matches(&as_record, f) || resized_in_place(&as_record, f));
+        // A rewrite leaves a hashWithoutResources the target does not compute as it is.
+        let copy_is_target = parsed(&copy.hash) == Some(target.hash)
+            && match p.target_hash_without_resources {
+                Some(w) => parsed(&copy.hash_without_resources) == Some(w),
+                None => copy.hash_without_resources == r.hash_without_resources,
+            };
+        if !copy_is_target && !copy_proven {
+            p.action = Action::Unproven;
+            p.reason = format!(
+                "{} holds hash {} but the record holds {}: which one the container was created from is unproven; never rewritten",
+                copy.location,
+                copy.hash.as_deref().unwrap_or("(none)"),
+                r.hash.as_deref().unwrap_or("(none)")
+            );
+            p.would_restart_without_rewrite =
+                cmp && r.hash.as_deref().and_then(|s| s.parse::<Hash>().ok()) != Some(target.hash);
+            p.would_restart_after_rewrite = p.would_restart_without_rewrite;
+            return p;
+        }
+    }
     let stored = r.hash.as_deref().and_then(|s| s.parse::<Hash>().ok());
     let stored_eq_target = stored == Some(target.hash)
         && match (&r.hash_without_resources, target.hash_without_resources) {

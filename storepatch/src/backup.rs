@@ -74,6 +74,55 @@ pub struct ManifestEntry {
     /// only, `sha256_original` / `sha256_new` are over them (see [`PageUndo`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pages: Option<PageUndo>,
+    /// Where the patch was about to write a file whose new bytes it can only know after the
+    /// write (a bolt file copied whole: its commit), recorded before the first write. With
+    /// `sha256_new` still unrecorded (a crash before the commit finished), `rollback
+    /// --accept-unrecorded` restores the file only when it differs from the original at
+    /// nothing but these places; without an intent it never restores an unrecorded file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent: Option<WriteIntent>,
+}
+
+/// What a patch was about to write into one file ([`ManifestEntry::intent`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WriteIntent {
+    /// `[offset, length]` of every byte range the write may change (ranges past the
+    /// original length are the file's growth).
+    pub ranges: Vec<[u64; 2]>,
+    /// The file's length once the write is done (never shorter than the original).
+    pub size_after: u64,
+}
+
+impl WriteIntent {
+    /// Whether `current` is `original` changed at nothing but the intent's ranges, perhaps
+    /// grown (with zeros or written ranges) up to `size_after`: what a write interrupted at
+    /// any point leaves, and nothing an unrelated change leaves.
+    pub fn allows(&self, original: &[u8], current: &[u8]) -> bool {
+        let (olen, clen) = (original.len() as u64, current.len() as u64);
+        if clen < olen || clen > self.size_after.max(olen) {
+            return false;
+        }
+        let mut ranges: Vec<(u64, u64)> = self
+            .ranges
+            .iter()
+            .map(|[o, l]| (*o, o.saturating_add(*l)))
+            .collect();
+        ranges.sort_unstable();
+        let mut at = 0u64;
+        let unchanged = |from: u64, to: u64| {
+            let (f, t) = (from.min(clen) as usize, to.min(clen) as usize);
+            let kept = (f.min(olen as usize), t.min(olen as usize));
+            current[kept.0..kept.1] == original[kept.0..kept.1]
+                && current[kept.1.max(f)..t].iter().all(|b| *b == 0)
+        };
+        for (start, end) in ranges {
+            if start > at && !unchanged(at, start) {
+                return false;
+            }
+            at = at.max(end);
+        }
+        at >= clen || unchanged(at, clen)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -104,6 +153,12 @@ pub struct Manifest {
 #[derive(Debug)]
 pub struct Backup {
     dir: PathBuf,
+    /// The directories [`Backup::create`] made (deepest last) and the files written into the
+    /// backup: removed again when the backup is dropped before its manifest was committed
+    /// (a failed patch leaves no partial backup without a manifest behind).
+    created_dirs: Vec<PathBuf>,
+    created_files: Vec<PathBuf>,
+    committed: bool,
     /// The backup directory, opened at creation: [`Backup::commit`]'s `syncfs` on it reports
     /// every writeback error of the copies (syncfs(2) reports errors since the open).
     dir_fd: fs::File,
@@ -133,6 +188,7 @@ impl Backup {
     /// already holds anything (a previous backup must never be overwritten), one that is
     /// world-writable, and a symlink.
     pub fn create(dir: &Path, runtime: &str, store_root: &Path) -> Result<Backup, StoreError> {
+        let mut created_dirs = Vec::new();
         match fs::symlink_metadata(dir) {
             Ok(meta) => {
                 if meta.file_type().is_symlink() {
@@ -167,7 +223,14 @@ impl Backup {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut missing: Vec<PathBuf> = dir
+                    .ancestors()
+                    .take_while(|d| !d.as_os_str().is_empty() && fs::symlink_metadata(d).is_err())
+                    .map(Path::to_path_buf)
+                    .collect();
+                missing.reverse();
                 atomic::create_dir_all_private(dir)?;
+                created_dirs = missing;
             }
             Err(e) => return Err(StoreError::io(dir, e)),
         }
@@ -180,6 +243,9 @@ impl Backup {
             .unwrap_or(0);
         Ok(Backup {
             dir: dir.to_path_buf(),
+            created_dirs,
+            created_files: Vec::new(),
+            committed: false,
             dir_fd,
             manifest: Manifest {
                 format: FORMAT,
@@ -216,7 +282,15 @@ impl Backup {
         new_sha256: Option<String>,
     ) -> Result<(), StoreError> {
         let index = self.manifest.entries.len();
-        let entry = write_copy(&self.dir, index, path, original, meta, new_sha256)?;
+        let entry = write_copy(
+            &self.dir,
+            index,
+            path,
+            original,
+            meta,
+            new_sha256,
+            &mut self.created_files,
+        )?;
         self.manifest.entries.push(entry);
         Ok(())
     }
@@ -233,9 +307,11 @@ impl Backup {
         let start = self.manifest.entries.len();
         let pack_name = format!("{start:06}-originals.pack");
         let pack = self.dir.join(&pack_name);
+        let created = &mut self.created_files;
         let (written, shas) = rayon::join(
             || -> Result<(), StoreError> {
                 let f = create_private(&pack)?;
+                created.push(pack.clone());
                 fault::point("backup-write");
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
                 for it in items {
@@ -266,6 +342,7 @@ impl Backup {
                 sha256_new,
                 set_aside: false,
                 pages: None,
+                intent: None,
             });
             offset += it.original.len() as u64;
         }
@@ -281,7 +358,15 @@ impl Backup {
         meta: FileMeta,
     ) -> Result<(), StoreError> {
         let index = self.manifest.entries.len();
-        let mut entry = write_copy(&self.dir, index, path, original, meta, None)?;
+        let mut entry = write_copy(
+            &self.dir,
+            index,
+            path,
+            original,
+            meta,
+            None,
+            &mut self.created_files,
+        )?;
         entry.set_aside = true;
         self.manifest.entries.push(entry);
         Ok(())
@@ -304,11 +389,23 @@ impl Backup {
         }
     }
 
+    /// Records, before the write, where the patch will write `path` (backed up whole) when
+    /// its new bytes are only known afterwards ([`ManifestEntry::intent`]).
+    pub fn set_write_intent(&mut self, path: &Path, intent: WriteIntent) {
+        for e in &mut self.manifest.entries {
+            if e.path == path && e.pages.is_none() {
+                e.intent = Some(intent.clone());
+            }
+        }
+    }
+
     /// Makes every copy durable, then writes the manifest (state `prepared`) atomically.
     /// Call before the first write to the store.
     pub fn commit(&mut self) -> Result<(), StoreError> {
         syncfs(&self.dir_fd, &self.dir)?;
-        self.write_manifest()
+        self.write_manifest()?;
+        self.committed = true;
+        Ok(())
     }
 
     /// Marks the backup `applied` after every store write succeeded.
@@ -355,6 +452,7 @@ fn write_copy(
     original: &[u8],
     meta: FileMeta,
     new_sha256: Option<String>,
+    created: &mut Vec<PathBuf>,
 ) -> Result<ManifestEntry, StoreError> {
     let base = path
         .file_name()
@@ -363,6 +461,7 @@ fn write_copy(
     let backup_file = format!("{index:06}-{base}");
     let copy = dir.join(&backup_file);
     let mut f = create_private(&copy)?;
+    created.push(copy.clone());
     fault::point("backup-write");
     // A large file (containerd's meta.db, tens of MB) is hashed while it is being written.
     let (written, sha256_original) = if original.len() >= 1 << 20 {
@@ -383,7 +482,29 @@ fn write_copy(
         sha256_new: new_sha256,
         set_aside: false,
         pages: None,
+        intent: None,
     })
+}
+
+impl Drop for Backup {
+    /// A backup whose manifest was never committed restores nothing (rollback refuses a
+    /// directory without one) and its store was never written: its files, and the
+    /// directories [`Backup::create`] made for it, are removed, so a failed patch (a full
+    /// disk, a refusal after the copies) leaves no partial backup behind. Best effort: what
+    /// cannot be removed stays, still without a manifest.
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        for f in &self.created_files {
+            let _ = fs::remove_file(f);
+        }
+        for d in self.created_dirs.iter().rev() {
+            if fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    }
 }
 
 /// A new file for backup bytes: mode 0600, never over an existing file or through a symlink.
@@ -430,9 +551,44 @@ fn ensure_trusted(path: &Path, uid: u32, mode: u32) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Every directory above a backup directory must keep others from swapping it: one that
+/// another user owns, or that others may write without the sticky bit (which keeps them from
+/// renaming what they do not own, as in /tmp), lets them replace the whole backup. Checked
+/// along the path as given (a symbolic link's target counts, its own directory is checked as
+/// an ancestor) and along the resolved path, up to `/`.
+fn ensure_parents_trusted(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let given = std::path::absolute(dir).map_err(|e| StoreError::io(dir, e))?;
+    let real = fs::canonicalize(dir).map_err(|e| StoreError::io(dir, e))?;
+    for parent in given.ancestors().skip(1).chain(real.ancestors().skip(1)) {
+        let m = fs::metadata(parent).map_err(|e| StoreError::io(parent, e))?;
+        let mode = m.mode();
+        if m.uid() != me && m.uid() != 0 {
+            return Err(StoreError::Backup(format!(
+                "{} (above the backup directory {}) is owned by uid {}, not by this user (uid {me}) or root: that user could have swapped the backup; nothing was restored",
+                parent.display(),
+                dir.display(),
+                m.uid()
+            )));
+        }
+        if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+            return Err(StoreError::Backup(format!(
+                "{} (above the backup directory {}) is writable by others without the sticky bit (mode {:o}): anyone could have swapped the backup; nothing was restored",
+                parent.display(),
+                dir.display(),
+                mode & 0o7777
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Reads and checks a backup directory's manifest: the directory and the manifest must be
 /// trusted (owned by the caller or root, not writable by group or others, not a symbolic
-/// link), and every copy must be a plain name inside the directory.
+/// link), so must every directory above it ([`ensure_parents_trusted`]), and every copy must
+/// be a plain name inside the directory.
 pub fn read_manifest(dir: &Path) -> Result<Manifest, StoreError> {
     use std::os::unix::fs::MetadataExt;
     let dmeta = fs::symlink_metadata(dir).map_err(|e| StoreError::io(dir, e))?;
@@ -443,6 +599,7 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, StoreError> {
         )));
     }
     ensure_trusted(dir, dmeta.uid(), dmeta.mode())?;
+    ensure_parents_trusted(dir)?;
     let path = dir.join(MANIFEST_NAME);
     let (bytes, mmeta) = atomic::read_regular_nofollow(&path).map_err(|e| match e {
         StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
@@ -606,24 +763,40 @@ fn check_entry(
             "{what} does not match its recorded size and sha256: the backup is damaged; nothing was restored"
         )));
     }
-    let (current, current_meta) = match atomic::read_regular_nofollow(&entry.path) {
-        Ok((bytes, meta)) => (Some(sha256_hex(&bytes)), Some(meta)),
+    let (current_bytes, current_meta) = match atomic::read_regular_nofollow(&entry.path) {
+        Ok((bytes, meta)) => (Some(bytes), Some(meta)),
         Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             (None, None)
         }
         Err(e) => return Err(e),
     };
+    let current = current_bytes.as_deref().map(sha256_hex);
+    // `--accept-unrecorded` restores an unrecorded file only when it holds what the patch was
+    // about to write (its intent) over the original: never a file someone else changed.
+    let intended = || {
+        !entry.set_aside
+            && entry
+                .intent
+                .as_ref()
+                .zip(current_bytes.as_deref())
+                .is_some_and(|(i, cur)| i.allows(&copy, cur))
+    };
     let action = match (&current, &entry.sha256_new) {
         (Some(cur), _) if *cur == entry.sha256_original => RollbackAction::AlreadyOriginal,
         (Some(cur), Some(new)) if cur == new => RollbackAction::Restored,
-        (Some(_), None) if accept_unknown_new => RollbackAction::Restored,
+        (Some(_), None) if accept_unknown_new && intended() => RollbackAction::Restored,
         (Some(cur), new) => {
             return Err(StoreError::RollbackConflict {
                 path: entry.path.clone(),
                 reason: format!(
-                    "its sha256 is {cur}, the original was {}, the patch wrote {}",
+                    "its sha256 is {cur}, the original was {}, the patch wrote {}{}",
                     entry.sha256_original,
-                    new.as_deref().unwrap_or("(not recorded)")
+                    new.as_deref().unwrap_or("(not recorded)"),
+                    match (new, accept_unknown_new, &entry.intent) {
+                        (None, true, None) => "; the backup records no write the patch was about to make there, so --accept-unrecorded cannot restore it",
+                        (None, true, Some(_)) => "; it differs from the original outside the places the patch was about to write, so it is not what that patch left and --accept-unrecorded does not restore it",
+                        _ => "",
+                    }
                 ),
             })
         }
@@ -1085,5 +1258,141 @@ mod tests {
         fs::set_permissions(w.path(), fs::Permissions::from_mode(0o777)).unwrap();
         let e = Backup::create(w.path(), "docker", Path::new("/")).unwrap_err();
         assert!(e.to_string().contains("world-writable"), "{e}");
+    }
+
+    #[test]
+    fn a_write_intent_allows_only_changes_at_its_ranges() {
+        let original = vec![7u8; 100];
+        let i = WriteIntent {
+            ranges: vec![[10, 10], [90, 30]],
+            size_after: 120,
+        };
+        let mut cur = original.clone();
+        assert!(i.allows(&original, &cur), "untouched");
+        cur[12] = 1;
+        cur[95] = 2;
+        assert!(i.allows(&original, &cur), "changed inside the ranges");
+        cur.resize(110, 0);
+        assert!(i.allows(&original, &cur), "grown with zeros");
+        cur[105] = 3;
+        assert!(i.allows(&original, &cur), "grown with written bytes");
+        let mut out = cur.clone();
+        out[50] = 9;
+        assert!(
+            !i.allows(&original, &out),
+            "a byte outside every range changed"
+        );
+        let mut long = cur.clone();
+        long.resize(121, 0);
+        assert!(!i.allows(&original, &long), "longer than the intent says");
+        assert!(
+            !i.allows(&original, &original[..99]),
+            "shorter than the original"
+        );
+        let gap = WriteIntent {
+            ranges: vec![[0, 10]],
+            size_after: 120,
+        };
+        let mut grown = original.clone();
+        grown.resize(110, 0);
+        assert!(gap.allows(&original, &grown), "zeros past the end");
+        grown[105] = 1;
+        assert!(
+            !gap.allows(&original, &grown),
+            "a written byte past the end, outside"
+        );
+    }
+
+    /// `accept_unknown_new` restores an unrecorded file only when the backup recorded what
+    /// the patch was about to write there and the file differs from the original only there.
+    #[test]
+    fn accept_unrecorded_needs_an_intent_and_a_file_it_explains() {
+        let store = tempfile::tempdir().unwrap();
+        let f = store.path().join("meta.db");
+        let original = vec![1u8; 64];
+        fs::write(&f, &original).unwrap();
+        let bpath = store.path().join("backup");
+        let mut b = Backup::create(&bpath, "containerd", store.path()).unwrap();
+        b.save(&f, &original, meta_of(&f), None).unwrap();
+        b.commit().unwrap();
+        let mut inside = original.clone();
+        inside[40..48].fill(9);
+        fs::write(&f, &inside).unwrap();
+        let err = rollback(&bpath, true).unwrap_err();
+        assert!(
+            err.to_string().contains("records no write"),
+            "no intent: never restored: {err}"
+        );
+        assert_eq!(fs::read(&f).unwrap(), inside);
+        b.set_write_intent(
+            &f,
+            WriteIntent {
+                ranges: vec![[32, 64]],
+                size_after: 96,
+            },
+        );
+        b.commit().unwrap();
+        let mut outside = inside.clone();
+        outside[0] = 0;
+        fs::write(&f, &outside).unwrap();
+        let err = rollback(&bpath, true).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::RollbackConflict { .. })
+                && err.to_string().contains("outside the places"),
+            "changed outside the intent: {err}"
+        );
+        assert_eq!(fs::read(&f).unwrap(), outside, "nothing restored");
+        assert!(
+            rollback(&bpath, false).is_err(),
+            "without the flag: refused"
+        );
+        let mut grown = inside.clone();
+        grown.extend_from_slice(&[5u8; 32]);
+        fs::write(&f, &grown).unwrap();
+        let r = rollback(&bpath, true).unwrap();
+        assert_eq!(r.files[0].1, RollbackAction::Restored);
+        assert_eq!(
+            fs::read(&f).unwrap(),
+            original,
+            "the intended writes undone"
+        );
+    }
+
+    /// A backup dropped before its manifest was committed (a failed patch) leaves nothing:
+    /// not its copies, not the directories it created; one committed stays whole.
+    #[test]
+    fn an_uncommitted_backup_removes_what_it_created() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("a.json");
+        fs::write(&f, b"x").unwrap();
+        let bpath = d.path().join("made/for/it");
+        let mut b = Backup::create(&bpath, "docker", d.path()).unwrap();
+        b.save(&f, b"x", meta_of(&f), None).unwrap();
+        b.save_many(&[SaveItem {
+            path: &f,
+            original: b"x",
+            meta: meta_of(&f),
+            new: None,
+        }])
+        .unwrap();
+        assert_eq!(fs::read_dir(&bpath).unwrap().count(), 2);
+        drop(b);
+        assert!(!d.path().join("made").exists(), "every created dir removed");
+        // an operator's empty dir is adopted, emptied again, kept
+        let own = d.path().join("own");
+        fs::create_dir(&own).unwrap();
+        let mut b = Backup::create(&own, "docker", d.path()).unwrap();
+        b.save(&f, b"x", meta_of(&f), None).unwrap();
+        drop(b);
+        assert_eq!(fs::read_dir(&own).unwrap().count(), 0, "emptied, kept");
+        let mut b = Backup::create(&own, "docker", d.path()).unwrap();
+        b.save(&f, b"x", meta_of(&f), None).unwrap();
+        b.commit().unwrap();
+        drop(b);
+        assert!(
+            own.join(MANIFEST_NAME).is_file(),
+            "a committed backup stays"
+        );
+        assert_eq!(fs::read_dir(&own).unwrap().count(), 2);
     }
 }

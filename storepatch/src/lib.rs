@@ -148,6 +148,26 @@ pub struct StoreRecord {
     pub location: String,
     /// Why the record is [`RecordKind::Undecodable`], or another problem worth reporting.
     pub problem: Option<String>,
+    /// Another copy of the record that the runtime's side reads (CRI-O's runroot
+    /// `config.json`, the runc bundle), when its hashes differ from `hash` /
+    /// `hash_without_resources`. Which of the two a container was created from is then
+    /// unknown: the plan accepts the copy only when it already holds the target's hashes (a
+    /// patch interrupted between its runroot and graphroot writes); otherwise the container
+    /// is unproven and never rewritten.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_copy: Option<OtherCopy>,
+}
+
+/// A second copy of a record whose stored hashes disagree with the first
+/// ([`StoreRecord::other_copy`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OtherCopy {
+    /// Where the copy lives (a file path), for messages.
+    pub location: String,
+    /// Its `io.kubernetes.container.hash`.
+    pub hash: Option<String>,
+    /// Its `io.kubernetes.container.hashWithoutResources`.
+    pub hash_without_resources: Option<String>,
 }
 
 impl StoreRecord {
@@ -167,6 +187,7 @@ impl StoreRecord {
             pid: None,
             location: location.into(),
             problem: None,
+            other_copy: None,
         }
     }
 }

@@ -1220,3 +1220,74 @@ fn precheck_refuses_a_node_every_crio_would_wipe() {
     }
     assert!(!vf.exists(), "the check never creates the version file");
 }
+
+/// Replaces the stored hash `from` with `to` in a config.json (plain and embedded annotation).
+fn set_hash(cfg: &Path, from: &str, to: &str) {
+    let b = String::from_utf8(fs::read(cfg).unwrap()).unwrap();
+    let n = b.matches(from).count();
+    assert!(n >= 1, "{} holds hash {from}", cfg.display());
+    fs::write(cfg, b.replace(from, to)).unwrap();
+}
+
+/// A runroot copy of config.json whose hash differs from the graphroot copy's (and is not the
+/// target's) makes the scan report it, and the patch refuses to rewrite that container: both
+/// copies and every other file stay as they were. A runroot copy that already holds the
+/// target (a patch interrupted after its runroot wave) is finished instead.
+#[test]
+fn disagreeing_runroot_copy_is_reported_and_never_rewritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let id = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
+    let rel = Path::new("overlay-containers")
+        .join(id)
+        .join("userdata/config.json");
+    let (graph_cfg, run_cfg) = (node.join(GRAPH).join(&rel), node.join(RUN).join(&rel));
+    let store = open(&node);
+    let scan = store.scan().unwrap();
+    let rec = by_id(&scan.records)[id].clone();
+    assert_eq!(rec.other_copy, None, "the fixture's two copies agree");
+    let stored = rec.hash.clone().unwrap();
+    let foreign = format!("{:0>w$}", "1", w = stored.len());
+    assert_ne!(foreign, stored);
+    set_hash(&run_cfg, &stored, &foreign);
+
+    let scan = store.scan().unwrap();
+    let rec = by_id(&scan.records)[id].clone();
+    let copy = rec
+        .other_copy
+        .expect("the scan reports the runroot copy that disagrees");
+    assert_eq!(copy.location, run_cfg.display().to_string());
+    assert_eq!(copy.hash.as_deref(), Some(foreign.as_str()));
+    assert_eq!(
+        rec.hash.as_deref(),
+        Some(stored.as_str()),
+        "record keeps the graphroot hash"
+    );
+
+    let before = snapshot(&node);
+    let (_, mut bk) = new_backup(tmp.path(), "b", &store);
+    let only: Vec<Rewrite> = rewrites_for("1.31")
+        .into_iter()
+        .filter(|r| r.id == id)
+        .collect();
+    let err = store.apply(&only, &mut bk).unwrap_err();
+    assert!(err.is_refusal(), "a disagreeing copy is a refusal: {err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&run_cfg.display().to_string()) && msg.contains("unproven"),
+        "the refusal names the runroot copy: {msg}"
+    );
+    assert_unchanged(&before, &node, "disagreeing runroot copy");
+    drop(bk);
+
+    // The runroot copy already at the target: the rewrite finishes the graphroot copy.
+    set_hash(&run_cfg, &foreign, &stored);
+    let target = only[0].hash.to_string();
+    set_hash(&run_cfg, &stored, &target);
+    let (_, mut bk) = new_backup(tmp.path(), "b2", &store);
+    let out = store.apply(&only, &mut bk).unwrap();
+    assert_eq!(out.changed, [id.to_string()]);
+    assert_eq!(out.files_written, 1, "only the graphroot copy was behind");
+    let graph_now = String::from_utf8(fs::read(&graph_cfg).unwrap()).unwrap();
+    assert!(graph_now.contains(&target), "graphroot copy at the target");
+}

@@ -176,6 +176,7 @@ impl Backup {
         let copy = self.dir.join(&backup_file);
         let sha256_original = ranges_sha256(original, &ranges).expect("checked above");
         let mut f = create_private(&copy)?;
+        self.created_files.push(copy.clone());
         fault::point("backup-pages-write");
         {
             let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
@@ -207,6 +208,7 @@ impl Backup {
                 new_meta_sha256: sha256_hex(new_meta),
                 size_after: None,
             }),
+            intent: None,
         });
         Ok(())
     }

@@ -611,6 +611,22 @@ impl ContainerdStore {
             )?;
         } else {
             backup.save(&self.db_path, &db.data, fmeta, None)?;
+            // The new file's sha256 is known only after the commit: record where it writes,
+            // so a rollback after a crash mid-commit can tell its writes from anyone else's.
+            let ps = plan.new_meta.page_size as u64;
+            let ranges = plan
+                .pages
+                .iter()
+                .map(|(id, buf)| [id * ps, buf.len() as u64])
+                .chain(std::iter::once([plan.new_meta.page * ps, ps]))
+                .collect();
+            backup.set_write_intent(
+                &self.db_path,
+                crate::backup::WriteIntent {
+                    ranges,
+                    size_after: (db.data.len() as u64).max(plan.new_meta.hwm * ps),
+                },
+            );
         }
         backup.commit()?;
         st.t_backup = t3.elapsed();

@@ -185,6 +185,33 @@ impl CrioStore {
                 ),
             });
         }
+        // A runroot copy holding other hashes than the graphroot copy, while neither holds
+        // the target's, is left alone: which spec the container was created from is unknown,
+        // and writing the target would hide that (the plan makes such a container unproven).
+        // Either copy at the target is a patch to finish: the runroot copy alone (one
+        // interrupted after its runroot wave), or the graphroot copy alone (one that did not
+        // know the runroot; the plan proved the runroot copy's hash for the current kubelet).
+        // (a hashWithoutResources the rewrite does not set stays as it is)
+        let target = |rec: &StoreRecord| {
+            (
+                Some(rw.hash.to_string()),
+                rw.hash_without_resources
+                    .map(|h| h.to_string())
+                    .or_else(|| rec.hash_without_resources.clone()),
+            ) == (rec.hash.clone(), rec.hash_without_resources.clone())
+        };
+        if (&r.hash, &r.hash_without_resources) != (&g.hash, &g.hash_without_resources)
+            && !target(r)
+            && !target(g)
+        {
+            return Err(StoreError::Refused(format!(
+                "{}: the runroot copy of container {} holds hash {} where the graphroot copy holds {}: unproven, never rewritten",
+                run_cfg.display(),
+                rw.id,
+                r.hash.as_deref().unwrap_or("(none)"),
+                g.hash.as_deref().unwrap_or("(none)")
+            )));
+        }
         run.runroot = true;
         Ok(vec![run, graph])
     }

@@ -50,6 +50,7 @@ impl CrioStore {
         };
         let mut record = analyse(&id, &location, &bytes).record;
         if record.kind == RecordKind::Container {
+            record.other_copy = self.disagreeing_runroot_copy(container_dir, &record);
             let state = container_dir.join("userdata").join("state.json");
             if let Ok((b, _)) = atomic::read_regular_nofollow(&state) {
                 match serde_json::from_slice::<Value>(&b) {
@@ -71,6 +72,35 @@ impl CrioStore {
             }
         }
         record
+    }
+}
+
+impl CrioStore {
+    /// The runroot copy of this container's `config.json` (the runc bundle) when its stored
+    /// hashes differ from the graphroot copy's `graph`: which one the container was created
+    /// from is then unknown, and the plan decides (see [`crate::StoreRecord::other_copy`]).
+    /// A runroot copy that is missing, agrees, or is not a readable kubelet container (the
+    /// patch refuses that one itself, naming it) gives `None`.
+    fn disagreeing_runroot_copy(
+        &self,
+        container_dir: &Path,
+        graph: &StoreRecord,
+    ) -> Option<crate::OtherCopy> {
+        let run_cfg = self.runroot_config(container_dir).ok()??;
+        let (bytes, _) = atomic::read_regular_nofollow(&run_cfg).ok()?;
+        let location = run_cfg.display().to_string();
+        let run = analyse(&graph.id, &location, &bytes).record;
+        if run.kind != RecordKind::Container
+            || (&run.hash, &run.hash_without_resources)
+                == (&graph.hash, &graph.hash_without_resources)
+        {
+            return None;
+        }
+        Some(crate::OtherCopy {
+            location,
+            hash: run.hash,
+            hash_without_resources: run.hash_without_resources,
+        })
     }
 }
 
