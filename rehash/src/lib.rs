@@ -63,6 +63,7 @@ pub mod patch;
 pub mod plan;
 pub mod pods;
 pub mod progress;
+mod recover;
 pub mod rollback;
 pub mod static_pods;
 pub mod upgrade;
