@@ -118,13 +118,20 @@ impl InFlight {
 }
 
 impl Drop for InFlight {
+    /// Runs when the run returns an error (or panics), never when it is killed: then the
+    /// process is alive and can tell whether it left the store as it found it.
     fn drop(&mut self) {
+        if self.finished || !self.ours {
+            return;
+        }
+        // A patch that failed after committing its backup (a read-only or full file system at
+        // its first write) may still have changed nothing: every file holds its original.
         let written = self.may_have_written
-            || self
-                .patch_backup
-                .as_ref()
-                .is_some_and(|b| b.join(storepatch::backup::MANIFEST_NAME).exists());
-        if !self.finished && self.ours && !written {
+            || self.patch_backup.as_ref().is_some_and(|b| {
+                b.join(storepatch::backup::MANIFEST_NAME).exists()
+                    && !storepatch::backup::all_original(b).unwrap_or(false)
+            });
+        if !written {
             // Nothing of the store was written: the marker would only stop the next run.
             let _ = inflight::end(&self.path);
         }
