@@ -42,8 +42,8 @@ pub const STATE_DIR: &str = "/var/lib/kubelet-rehash/inflight";
 pub const STATE_DIR_ENV: &str = "KUBELET_REHASH_STATE_DIR";
 
 /// Where this run keeps its markers: `$KUBELET_REHASH_STATE_DIR` when set; [`STATE_DIR`] for
-/// root; otherwise a directory of the invoking user's (`$XDG_STATE_HOME/kubelet-rehash/inflight`,
-/// `$HOME/.local/state/kubelet-rehash/inflight`, or `/tmp/kubelet-rehash-<uid>/inflight`),
+/// root; otherwise a directory of the invoking user's (`$XDG_STATE_HOME/kubelet-rehash/inflight`
+/// or `/tmp/kubelet-rehash-<uid>/inflight`, beside the lock directory of [`crate::lock`]),
 /// because an unprivileged run (the demo, a copy of a store) cannot create
 /// `/var/lib/kubelet-rehash`.
 pub fn state_dir() -> PathBuf {
@@ -55,13 +55,11 @@ pub fn state_dir() -> PathBuf {
     if uid == 0 {
         return PathBuf::from(STATE_DIR);
     }
-    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        return Path::new(&d).join("kubelet-rehash/inflight");
+    // (not $HOME: runuser and su without a login shell keep the caller's)
+    match std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        Some(d) => Path::new(&d).join("kubelet-rehash/inflight"),
+        None => PathBuf::from(format!("/tmp/kubelet-rehash-{uid}/inflight")),
     }
-    if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        return Path::new(&h).join(".local/state/kubelet-rehash/inflight");
-    }
-    PathBuf::from(format!("/tmp/kubelet-rehash-{uid}/inflight"))
 }
 
 /// What the interrupted run was doing.
