@@ -40,6 +40,8 @@ const HASH: &str = "io.kubernetes.container.hash";
 const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";
 
 fn bin() -> &'static str {
+    // every run of the binary keeps its in-flight markers in this process's own directory
+    testtools::private_state_dir();
     env!("CARGO_BIN_EXE_kubelet-rehash")
 }
 

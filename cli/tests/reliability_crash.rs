@@ -659,6 +659,9 @@ fn crash_sweep_large_docker_20_10() {
     );
 }
 
+/// Chooses the fault point of a patch (from the step names of an uninterrupted run).
+type ChoosePoint = fn(&[String]) -> u64;
+
 /// The rollback chain on one node: a store at the start of a rollback (after a finished patch,
 /// or after a patch killed at a chosen point), and the rollback's fault points.
 struct Chain {
@@ -677,7 +680,7 @@ struct Chain {
 impl Chain {
     /// `patch_killed_at`: the fault point of the patch whose interrupted run the rollback
     /// undoes; `None`: a finished patch.
-    fn new(node: Node, patch_killed_at: Option<&dyn Fn(&[String]) -> u64>) -> Chain {
+    fn new(node: Node, patch_killed_at: Option<ChoosePoint>) -> Chain {
         let mut s = Sweep::new(node, None);
         let bk = s.node.dir.join("chain-backup");
         match patch_killed_at {
@@ -828,7 +831,7 @@ impl Sweep {
 
 /// Kills `rollback` at `limit` of its fault points (spread evenly), then runs the command the
 /// next patch names, which must finish the undo.
-fn rollback_chain(node: Node, patch_killed_at: Option<&dyn Fn(&[String]) -> u64>, limit: u64) {
+fn rollback_chain(node: Node, patch_killed_at: Option<ChoosePoint>, limit: u64) {
     let mut c = Chain::new(node, patch_killed_at);
     let t = Instant::now();
     let chosen = spread(c.points.len() as u64, limit);
@@ -873,19 +876,19 @@ fn mid_patch(points: &[String]) -> u64 {
 #[test]
 fn rollback_chain_docker_20_10() {
     rollback_chain(small("docker-20.10"), None, 40);
-    rollback_chain(small("docker-20.10"), Some(&mid_patch), 20);
+    rollback_chain(small("docker-20.10"), Some(mid_patch), 20);
 }
 
 #[test]
 fn rollback_chain_containerd_1_7() {
     rollback_chain(small("containerd-1.7"), None, 40);
-    rollback_chain(small("containerd-1.7"), Some(&mid_patch), 40);
+    rollback_chain(small("containerd-1.7"), Some(mid_patch), 40);
 }
 
 #[test]
 fn rollback_chain_crio_1_30() {
     rollback_chain(small("crio-1.30"), None, 20);
-    rollback_chain(small("crio-1.30"), Some(&mid_patch), 10);
+    rollback_chain(small("crio-1.30"), Some(mid_patch), 10);
 }
 
 /// Two patches to different targets started at once on one store, `rounds` times: the loser

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn bin() -> &'static str {
+    state_dir();
     env!("CARGO_BIN_EXE_kubelet-rehash")
 }
 
@@ -40,16 +41,7 @@ pub fn require_root(what: &str) {
 /// markers of killed runs go with the directory). Markers are keyed by the store's canonical
 /// path, so the tests of one binary never see each other's.
 pub fn state_dir() -> &'static Path {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = tempfile::Builder::new()
-            .prefix("kubelet-rehash-test-state-")
-            .tempdir()
-            .unwrap()
-            .keep();
-        std::env::set_var(storepatch::inflight::STATE_DIR_ENV, &d);
-        d
-    })
+    testtools::private_state_dir()
 }
 
 /// The in-flight marker files in [`state_dir`] (none once every run finished or was undone).
