@@ -1056,3 +1056,58 @@ fn timed_kills_patch_and_rollback() {
     );
     assert!(landed > 0, "some kills landed before the run finished");
 }
+
+/// A patch killed half-way on a store that an earlier, finished patch had changed: the
+/// rollback of that earlier backup refuses (it would restore under a half-written store),
+/// naming the killed run's rollback; that command, then the earlier rollback, give back
+/// every original byte.
+#[test]
+fn rollback_of_an_older_backup_names_the_interrupted_run_first() {
+    let node = small("docker-20.10");
+    let pristine = node.snapshot();
+    let targets = node.expected()["targets"].clone();
+    let (first, last) = (targets[0].as_str().unwrap().to_string(), node.last_target());
+    let older = node.dir.join("bk-older");
+    assert!(node.patch(&first, &older).ok(), "the earlier patch");
+    let at_first = node.snapshot();
+    let log = Run::from(
+        node.patch_cmd(&last, &node.dir.join("bk-count"))
+            .env("KUBELET_REHASH_CRASH_LOG", "1")
+            .output()
+            .unwrap(),
+    );
+    let points = fault_points(&log.stderr);
+    // back to the earlier patch's result, then kill the second patch among its renames
+    let undo = node.rollback(&node.dir.join("bk-count"), false);
+    assert_eq!(undo.code, Some(0), "{undo:?}");
+    assert_eq!(node.snapshot(), at_first);
+    let killed = node.dir.join("bk-killed");
+    // the middle rename of the run (its store files' renames outnumber all others)
+    let renames: Vec<usize> = (0..points.len())
+        .filter(|&i| points[i] == "rename")
+        .collect();
+    let n = renames[renames.len() / 2] as u64 + 1;
+    let r = Run::from(
+        node.patch_cmd(&last, &killed)
+            .env("KUBELET_REHASH_CRASH_AT", n.to_string())
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.signal, Some(SIGKILL), "{r:?}");
+    let r = node.rollback(&older, false);
+    assert_eq!(r.code, Some(3), "the older rollback refuses: {r:?}");
+    let cmd = named_command(&r.stderr).expect("names one command");
+    assert_eq!(
+        std::fs::canonicalize(&cmd[2]).unwrap(),
+        std::fs::canonicalize(&killed).unwrap(),
+        "the killed run's rollback: {r:?}"
+    );
+    assert_eq!(node.run_named(&cmd).code, Some(0));
+    assert_eq!(
+        node.snapshot(),
+        at_first,
+        "the killed run undone: the earlier patch's bytes"
+    );
+    assert_eq!(node.rollback(&older, false).code, Some(0));
+    assert_eq!(node.snapshot(), pristine, "every original byte back");
+}
