@@ -787,6 +787,22 @@ impl Chain {
         self.s.recover(&bk, state, &at);
     }
 
+    /// As [`Sweep::calibrate`], for the rollback.
+    fn calibrate(&mut self, n: u32) {
+        for _ in 0..n {
+            self.to_start();
+            let t = Instant::now();
+            let r = Run::from(self.s.rollback_cmd(&self.bk).output().unwrap());
+            self.run_time = self.run_time.min(t.elapsed());
+            assert_eq!(
+                r.code,
+                Some(0),
+                "{}: calibration rollback: {r:?}",
+                self.s.node.name
+            );
+        }
+    }
+
     /// Kill the rollback after a random delay in [0, 1.1 × its uninterrupted run time].
     fn at_random_time(&mut self, rng: &mut Rng) {
         let max = (self.run_time.as_micros() as u64 * 11 / 10).max(1);
@@ -817,6 +833,20 @@ impl Chain {
 }
 
 impl Sweep {
+    /// The run time random kills are drawn against: the fastest of `n` more uninterrupted
+    /// runs (the first one, logging its fault points on cold caches, is slower than the runs
+    /// the kills hit, so most kills would come after the end).
+    fn calibrate(&mut self, n: u32) {
+        for _ in 0..n {
+            let bk = self.node.dir.join("bk-calibrate");
+            let t = Instant::now();
+            let r = self.node.patch(&self.to, &bk);
+            self.run_time = self.run_time.min(t.elapsed());
+            assert!(r.ok(), "{}: calibration patch: {r:?}", self.node.name);
+            self.reset();
+        }
+    }
+
     fn rollback_cmd(&self, bk: &Path) -> std::process::Command {
         let mut c = std::process::Command::new(bin());
         c.arg("rollback")
@@ -1023,11 +1053,18 @@ fn timed_kills_patch_and_rollback() {
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
     for name in ["docker-20.10", "containerd-1.7", "crio-1.30"] {
         let mut s = Sweep::new(small(name), None);
+        s.calibrate(3);
         for _ in 0..per {
             s.at_random_time(&mut rng);
         }
         s.report("timed patch kills");
         let mut c = Chain::new(small(name), None);
+        c.calibrate(3);
+        eprintln!(
+            "{name}: kills drawn over [0, 1.1 x] patch {:.3}s, rollback {:.3}s",
+            s.run_time.as_secs_f64(),
+            c.run_time.as_secs_f64()
+        );
         for _ in 0..per {
             c.at_random_time(&mut rng);
         }
