@@ -259,7 +259,7 @@ impl StoreFlags {
                     .map_err(|e| Failure::usage(format!("--runtime: {e}")))
             })
             .transpose()?;
-        Ok(StoreLocation {
+        let location = StoreLocation {
             runtime,
             root: self.root.clone(),
             options: StoreOptions {
@@ -275,7 +275,20 @@ impl StoreFlags {
                     .filter(|v| !v.is_empty())
                     .map(PathBuf::from)
             }),
-        })
+        };
+        // The in-flight markers belong on the node's disk, like the default backup directory
+        // (a Job's own /var/lib is gone with its container), unless placed explicitly.
+        let env = storepatch::inflight::STATE_DIR_ENV;
+        if location.host_root.is_some() && std::env::var_os(env).is_none() {
+            let on_node = location
+                .host()
+                .ok()
+                .and_then(|h| h.resolve(Path::new(storepatch::inflight::STATE_DIR)).ok());
+            if let Some(dir) = on_node {
+                std::env::set_var(env, dir);
+            }
+        }
+        Ok(location)
     }
 }
 

@@ -31,6 +31,8 @@ const HASH: &str = "io.kubernetes.container.hash";
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn bin() -> &'static str {
+    // every run of the binary keeps its in-flight markers in this process's own directory
+    testtools::private_state_dir();
     env!("CARGO_BIN_EXE_kubelet-rehash")
 }
 

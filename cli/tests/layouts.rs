@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn bin() -> &'static str {
+    // every run of the binary keeps its in-flight markers in this process's own directory
+    testtools::private_state_dir();
     env!("CARGO_BIN_EXE_kubelet-rehash")
 }
 

@@ -566,8 +566,9 @@ fn rollback_refuses_forged_backups_and_writes_nothing_outside_the_store() {
 }
 
 /// An unprivileged run (the demo, an operator's copy of a store) cannot create
-/// `/run/kubelet-rehash`: it keeps its lock files in a directory of its own user's instead
-/// (`/tmp/kubelet-rehash-<uid>/locks` without `$XDG_RUNTIME_DIR`), private, and patches.
+/// `/run/kubelet-rehash` or `/var/lib/kubelet-rehash`: it keeps its lock files and in-flight
+/// markers in directories of its own user's instead (`/tmp/kubelet-rehash-<uid>/locks` and
+/// `…/inflight` without `$XDG_RUNTIME_DIR` / `$XDG_STATE_HOME`), private, and patches.
 #[test]
 fn an_unprivileged_patch_locks_in_its_own_users_directory() {
     require_root("runuser and chown");
@@ -589,6 +590,8 @@ fn an_unprivileged_patch_locks_in_its_own_users_directory() {
     let out = Command::new("runuser")
         .args(["-u", "nobody", "--", "env", "-u", "XDG_RUNTIME_DIR", "-u"])
         .arg(storepatch::lock::LOCK_DIR_ENV)
+        .args(["-u", "XDG_STATE_HOME", "-u"])
+        .arg(storepatch::inflight::STATE_DIR_ENV)
         .arg(&exe)
         .args(["patch", "--pods"])
         .arg(node.pods())
@@ -608,6 +611,19 @@ fn an_unprivileged_patch_locks_in_its_own_users_directory() {
     );
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(files.len(), 1, "one lock file, for the one store");
+    // its in-flight marker went beside the locks, and went away when the patch finished
+    let state = locks.join("inflight");
+    let m = std::fs::metadata(&state).expect("the per-user state directory exists");
+    assert_eq!(
+        (m.uid(), m.mode() & 0o7777),
+        (65534, 0o700),
+        "the per-user state directory is nobody's and private"
+    );
+    let left: Vec<_> = std::fs::read_dir(&state).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "the finished patch removed its marker: {left:?}"
+    );
     std::fs::remove_dir_all(locks).unwrap();
 }
 

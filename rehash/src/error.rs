@@ -95,12 +95,15 @@ pub enum Error {
     },
 
     /// Byte rollback found a file changed since the patch; nothing was restored.
-    #[error("{source}. {}", rollback_hint(backup_dir))]
+    #[error("{source}. {}", rollback_hint(backup_dir, *unrecorded_accepted))]
     RollbackConflict {
         /// The store's refusal, naming the file.
         source: StoreError,
         /// The backup that was not restored.
         backup_dir: PathBuf,
+        /// Whether files whose new bytes were never recorded were already accepted (the
+        /// rollback of an interrupted run, or `--accept-unrecorded`).
+        unrecorded_accepted: bool,
     },
 
     /// `rollback --root`/`--runtime` name another store than the backup's manifest: the
@@ -163,8 +166,14 @@ impl Error {
 /// cannot know what was written, while a file whose new bytes were never recorded (a bolt
 /// commit just before the kill) is exactly what `--accept-unrecorded` restores; with the report
 /// the patch finished, and a changed file means the runtime has written since.
-fn rollback_hint(backup_dir: &std::path::Path) -> String {
+///
+/// When unrecorded files were already accepted, a conflict is a file someone else changed:
+/// no flag of ours gets past it.
+fn rollback_hint(backup_dir: &std::path::Path, unrecorded_accepted: bool) -> String {
     let d = backup_dir.display();
+    if unrecorded_accepted && !backup_dir.join("report.json").is_file() {
+        return "The file named holds bytes that neither the original nor the interrupted patch of this backup wrote: something else changed it since (has the runtime run?); nothing was restored".to_string();
+    }
     if backup_dir.join("report.json").is_file() {
         format!("If the runtime has run since the patch (containerd commits to meta.db at every start), `rollback --values --backup-dir {d}` writes the old hash values back instead, after checking that every rewritten container still holds exactly the value we wrote")
     } else {

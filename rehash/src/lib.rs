@@ -29,6 +29,8 @@
 //! let status = std::process::Command::new("cp").arg("-a").arg(fixture).arg(tmp.path()).status()?;
 //! assert!(status.success());
 //! let node = tmp.path().join("containerd-1.7");
+//! # // this example's in-flight markers (storepatch::inflight) stay in its temp dir
+//! # std::env::set_var(storepatch::inflight::STATE_DIR_ENV, tmp.path().join("state"));
 //! let pods = std::fs::read(node.join("pods.json"))?;
 //!
 //! let mut location = StoreLocation::new(RuntimeKind::Containerd, node.join("var/lib/containerd"));
@@ -63,6 +65,7 @@ pub mod patch;
 pub mod plan;
 pub mod pods;
 pub mod progress;
+mod recover;
 pub mod rollback;
 pub mod static_pods;
 pub mod upgrade;

@@ -79,6 +79,9 @@ pub fn patch(
     }
     // Held to the end: a second run on this store refuses at once instead of interleaving.
     let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
+    // A run killed half-way on this store (the lock is ours, so it is gone) left the store
+    // old-or-new: refused, naming the one command that undoes it (crate::recover).
+    crate::recover::refuse_if_interrupted(store.root())?;
     let mut report = plan.clone();
     report.stage = Stage::Patch;
     let rewrites = plan.rewrites();
@@ -134,6 +137,14 @@ pub fn patch(
     let mut bk =
         storepatch::backup::Backup::create(&backup.dir, store.kind().name(), store.root())?;
     bk.set_bolt_full_copy(backup.bolt_full_copy);
+    // Durable before the first write (the backup's commit precedes it): a kill from here on
+    // is found by the next run on this store.
+    let inflight = crate::recover::InFlight::begin(
+        storepatch::inflight::Operation::Patch,
+        store.kind().name(),
+        store.root(),
+        &backup.dir,
+    )?;
     // The checkpoints' copies go into the same backup, committed with the store's copies
     // before the first write; the files are removed only after the store was rewritten.
     let mut set_aside_bytes = Vec::with_capacity(set_aside.len());
@@ -192,12 +203,15 @@ pub fn patch(
     total(&mut report);
     bk.attach("report.json", &report.to_json())?;
     if !bad.is_empty() {
+        // The marker stays: the store is not what the plan wanted, the message names the
+        // rollback.
         return Err(Error::ReadBack {
             ids: bad,
             backup_dir: backup.dir.clone(),
             report: Box::new(report),
         });
     }
+    inflight.finish()?;
     Ok(PatchReport {
         report,
         changed: outcome.changed.len(),

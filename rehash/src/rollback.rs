@@ -77,22 +77,44 @@ pub fn rollback(
 ) -> Result<RollbackReport, Error> {
     let store = open_backed_up_store(backup_dir, location)?;
     let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
+    // The interrupted run of this backup (a killed patch or rollback) is the one this
+    // rollback finishes; another backup's refuses, naming its command (crate::recover).
+    let resumed = crate::recover::interrupted_run_of(store.root(), backup_dir)?;
     store.ensure_stopped()?;
     sweep_dead_temps(store.as_ref(), backup_dir)?;
     // The checkpoints copied for cri-dockerd are checked before anything is restored and
     // removed after the store's files are back.
     let copies = crate::cri_dockerd::copied_in_backup(backup_dir)?;
     crate::cri_dockerd::check_copies(&copies)?;
+    // A file whose patched bytes the manifest never recorded is, when the marker names this
+    // backup, what the killed run wrote (only files of this manifest are ever restored).
+    let accept_unrecorded = accept_unrecorded || resumed.is_some();
+    let mut inflight = match resumed {
+        Some((path, _)) => crate::recover::InFlight::resume(path),
+        None => crate::recover::InFlight::begin(
+            storepatch::inflight::Operation::Rollback,
+            store.kind().name(),
+            store.root(),
+            backup_dir,
+        )?,
+    };
     let report =
         storepatch::backup::rollback_allowing(backup_dir, accept_unrecorded, &set_aside_paths())
-            .map_err(|e| match e {
-                e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
-                    source: e,
-                    backup_dir: backup_dir.to_path_buf(),
-                },
-                e => e.into(),
+            .map_err(|e| {
+                // A refusal is decided before the first write; anything else may be after it.
+                inflight.may_have_written = !e.is_refusal();
+                match e {
+                    e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
+                        source: e,
+                        backup_dir: backup_dir.to_path_buf(),
+                        unrecorded_accepted: accept_unrecorded,
+                    },
+                    e => e.into(),
+                }
             })?;
+    inflight.may_have_written = true;
     crate::cri_dockerd::remove_copies(&copies)?;
+    inflight.finish()?;
     Ok(report)
 }
 
@@ -113,6 +135,7 @@ fn put_back_set_aside(backup_dir: &Path) -> Result<(), Error> {
         e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
             source: e,
             backup_dir: backup_dir.to_path_buf(),
+            unrecorded_accepted: false,
         },
         e => e.into(),
     })?;
@@ -140,13 +163,22 @@ pub fn rollback_values(
     store: &dyn RuntimeStore,
 ) -> Result<ValueRollback, Error> {
     let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
+    let resumed = crate::recover::interrupted_run_of(store.root(), backup_dir)?;
     store.ensure_stopped()?;
     sweep_dead_temps(store, backup_dir)?;
     let report_path = backup_dir.join("report.json");
     // Without the report we cannot know what the patch wrote: refuse, write nothing.
     let bytes = std::fs::read(&report_path).map_err(|e| {
+        let then = match &resumed {
+            // a patch killed before its read-back: the byte rollback undoes it
+            Some((_, m)) => format!(
+                "; the patch of this backup was interrupted: `kubelet-rehash rollback --backup-dir {}` undoes it",
+                m.backup_dir.display()
+            ),
+            None => String::new(),
+        };
         Error::ValueRollbackConflict(format!(
-            "{}: {e}: a value rollback needs the patch report",
+            "{}: {e}: a value rollback needs the patch report{then}",
             report_path.display()
         ))
     })?;
@@ -217,9 +249,19 @@ pub fn rollback_values(
     }
     let copies = crate::cri_dockerd::copied_in_backup(backup_dir)?;
     crate::cri_dockerd::check_copies(&copies)?;
+    let mut inflight = match resumed {
+        Some((path, _)) => crate::recover::InFlight::resume(path),
+        None => crate::recover::InFlight::begin(
+            storepatch::inflight::Operation::RollbackValues,
+            store.kind().name(),
+            store.root(),
+            backup_dir,
+        )?,
+    };
     if undo.is_empty() {
         put_back_set_aside(backup_dir)?;
         crate::cri_dockerd::remove_copies(&copies)?;
+        inflight.finish()?;
         return Ok(ValueRollback {
             restored: 0,
             already,
@@ -230,8 +272,10 @@ pub fn rollback_values(
     let mut backup = storepatch::backup::Backup::create(&dir, store.kind().name(), store.root())?;
     // Set-aside checkpoints first: their check refuses before anything is written.
     put_back_set_aside(backup_dir)?;
+    inflight.may_have_written = true;
     store.apply(&undo, &mut backup)?;
     crate::cri_dockerd::remove_copies(&copies)?;
+    inflight.finish()?;
     Ok(ValueRollback {
         restored: undo.len(),
         already,

@@ -970,6 +970,20 @@ pub fn restore_set_aside(
     restore(dir, false, |e| e.set_aside, set_aside_paths)
 }
 
+/// Whether every file of the backup in `dir` still holds its original bytes (a patch that
+/// failed before its first write changed nothing); `false` when any differs, is gone or
+/// cannot be checked.
+pub fn all_original(dir: &Path) -> Result<bool, StoreError> {
+    let manifest = read_manifest(dir)?;
+    let packs = Packs::open(dir, &manifest)?;
+    Ok(manifest.entries.iter().all(|entry| {
+        matches!(
+            check_entry(dir, &packs, entry, true),
+            Ok((_, RollbackAction::AlreadyOriginal, _))
+        )
+    }))
+}
+
 fn restore(
     dir: &Path,
     accept_unknown_new: bool,

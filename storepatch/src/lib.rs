@@ -63,6 +63,7 @@ pub mod crio;
 pub mod docker;
 pub mod error;
 pub mod fault;
+pub mod inflight;
 pub mod jsonspan;
 pub mod layout;
 pub mod live;
@@ -303,7 +304,7 @@ pub trait RuntimeStore: Send + Sync {
         backup: &mut backup::Backup,
     ) -> Result<ApplyOutcome, StoreError>;
     /// Removes temp files that a killed run left beside the store's files; returns how many.
-    /// Only for stopped runtimes. Stores written in place (a bolt file) have none.
+    /// Only for stopped runtimes. (containerd: a rollback's temp copy of meta.db.)
     fn sweep_stale_temps(&self) -> Result<usize, StoreError> {
         Ok(0)
     }

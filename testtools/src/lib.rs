@@ -54,3 +54,22 @@ pub fn sigterm_and_wait(mut child: std::process::Child, name: &str) -> std::time
     }
     t0.elapsed()
 }
+
+/// The in-flight markers of this test process: a private directory, named in
+/// `KUBELET_REHASH_STATE_DIR` (storepatch::inflight) for the whole process the first time this
+/// is called, so every run of the binary (and of the library) the tests start keeps its markers
+/// there instead of the machine's `/var/lib/kubelet-rehash/inflight`, and markers of killed runs
+/// never outlive the tests in a place other runs read. Markers are keyed by the store's
+/// canonical path, so the tests of one process never see each other's.
+pub fn private_state_dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = tempfile::Builder::new()
+            .prefix("kubelet-rehash-test-state-")
+            .tempdir()
+            .expect("a temp dir for the in-flight markers")
+            .keep();
+        std::env::set_var(storepatch::inflight::STATE_DIR_ENV, &d);
+        d
+    })
+}

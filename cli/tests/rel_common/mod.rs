@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn bin() -> &'static str {
+    state_dir();
     env!("CARGO_BIN_EXE_kubelet-rehash")
 }
 
@@ -32,6 +33,22 @@ pub fn require_root(what: &str) {
         uid, 0,
         "{what} needs root (CI runs `scripts/test.sh` as root)"
     );
+}
+
+/// The in-flight markers of this test process (`KUBELET_REHASH_STATE_DIR`, inherited by every
+/// run of the binary): one private directory per test binary, set before its first node is
+/// made, so no test reads or leaves a marker in the machine's `/var/lib/kubelet-rehash` (and
+/// markers of killed runs go with the directory). Markers are keyed by the store's canonical
+/// path, so the tests of one binary never see each other's.
+pub fn state_dir() -> &'static Path {
+    testtools::private_state_dir()
+}
+
+/// The in-flight marker files in [`state_dir`] (none once every run finished or was undone).
+pub fn markers() -> Vec<PathBuf> {
+    std::fs::read_dir(state_dir())
+        .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +79,7 @@ fn kind_of(name: &str) -> Kind {
 
 /// Copies fixtures/nodes/<name> (modes kept).
 pub fn small(name: &str) -> Node {
+    state_dir();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(name);
     let st = Command::new("cp")
@@ -81,6 +99,7 @@ pub fn small(name: &str) -> Node {
 
 /// Copies fixtures/nodes/<name> into `parent` (e.g. a tmpfs mount) instead of a temp dir.
 pub fn small_in(name: &str, parent: &Path) -> Node {
+    state_dir();
     let dir = parent.join(name);
     let st = Command::new("cp")
         .arg("-a")
@@ -99,6 +118,7 @@ pub fn small_in(name: &str, parent: &Path) -> Node {
 
 /// Unpacks fixtures/nodes-large/<name>.tar.gz.
 pub fn large(name: &str) -> Node {
+    state_dir();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join(name);
     std::fs::create_dir(&dir).unwrap();
@@ -281,11 +301,27 @@ impl Node {
             .arg("--backup-dir")
             .arg(backup)
             .args(self.store_flags())
-            .env_remove("KUBELET_REHASH_CRASH_AT");
+            .env_remove("KUBELET_REHASH_CRASH_AT")
+            .env_remove("KUBELET_REHASH_CRASH_LOG");
         if accept_unrecorded {
             c.arg("--accept-unrecorded");
         }
         Run::from(c.output().unwrap())
+    }
+
+    /// Runs a command a message named (`kubelet-rehash` and its arguments, without the program
+    /// name) with the flags that name this node (its socket, pid file and root), as every
+    /// command of the tests gets.
+    pub fn run_named(&self, args: &[String]) -> Run {
+        Run::from(
+            Command::new(bin())
+                .args(args)
+                .args(self.store_flags())
+                .env_remove("KUBELET_REHASH_CRASH_AT")
+                .env_remove("KUBELET_REHASH_CRASH_LOG")
+                .output()
+                .unwrap(),
+        )
     }
 
     fn tops(&self) -> Vec<PathBuf> {
@@ -523,3 +559,19 @@ pub fn fault_points(stderr: &str) -> Vec<String> {
 }
 
 pub type Counts = HashMap<&'static str, u64>;
+
+/// The one command a message names: the text between backticks that starts with
+/// `kubelet-rehash `, split into its arguments (without the program name). `None` when the
+/// message names no command, or more than one.
+pub fn named_command(message: &str) -> Option<Vec<String>> {
+    let cmds: Vec<&str> = message
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|c| c.starts_with("kubelet-rehash "))
+        .collect();
+    match cmds.as_slice() {
+        [one] => Some(one.split_whitespace().skip(1).map(str::to_string).collect()),
+        _ => None,
+    }
+}

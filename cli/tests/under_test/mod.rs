@@ -11,6 +11,8 @@ use std::process::Command;
 
 /// A command that runs the binary under test (no arguments yet).
 pub fn kubelet_rehash() -> Command {
+    // every run of the binary keeps its in-flight markers in this process's own directory
+    testtools::private_state_dir();
     let bin = std::env::var_os("KUBELET_REHASH_BIN")
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_kubelet-rehash").into());
     match std::env::var_os("KUBELET_REHASH_RUNNER").filter(|r| !r.is_empty()) {

@@ -21,7 +21,25 @@ pub struct Node {
     pub location: StoreLocation,
 }
 
+/// The in-flight markers of this test process (`KUBELET_REHASH_STATE_DIR`): one private
+/// directory per test binary, set before its first node is made, so no test reads or leaves a
+/// marker in the machine's `/var/lib/kubelet-rehash` (markers are keyed by the store's
+/// canonical path: the tests of one binary never see each other's).
+pub fn state_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = tempfile::Builder::new()
+            .prefix("kubelet-rehash-test-state-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        std::env::set_var(storepatch::inflight::STATE_DIR_ENV, &d);
+        d
+    })
+}
+
 pub fn node(name: &str) -> Node {
+    state_dir();
     let tmp = tempfile::tempdir().unwrap();
     let st = Command::new("cp")
         .arg("-a")

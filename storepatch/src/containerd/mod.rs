@@ -788,6 +788,14 @@ impl RuntimeStore for ContainerdStore {
         RuntimeKind::Containerd
     }
 
+    /// A patch writes meta.db in place, but a rollback puts the original back by temp +
+    /// rename: a rollback killed before its rename leaves `.meta.db.rehash-tmp-<pid>` beside
+    /// it (only those of dead pids are removed).
+    fn sweep_stale_temps(&self) -> Result<usize, StoreError> {
+        let dir = self.db_path.parent().expect("META_DB has a directory");
+        crate::atomic::sweep_stale_temps(dir, 1)
+    }
+
     fn root(&self) -> &Path {
         &self.root
     }
