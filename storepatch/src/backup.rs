@@ -587,8 +587,8 @@ fn ensure_parents_trusted(dir: &Path) -> Result<(), StoreError> {
 
 /// Reads and checks a backup directory's manifest: the directory and the manifest must be
 /// trusted (owned by the caller or root, not writable by group or others, not a symbolic
-/// link), so must every directory above it ([`ensure_parents_trusted`]), and every copy must
-/// be a plain name inside the directory.
+/// link), so must every directory above it (none owned by another user, none writable by
+/// others without the sticky bit), and every copy must be a plain name inside the directory.
 pub fn read_manifest(dir: &Path) -> Result<Manifest, StoreError> {
     use std::os::unix::fs::MetadataExt;
     let dmeta = fs::symlink_metadata(dir).map_err(|e| StoreError::io(dir, e))?;
