@@ -112,8 +112,13 @@ pub fn sweep_stale_temps(root: &Path, max_depth: usize) -> Result<usize, StoreEr
         // SAFETY: kill with signal 0 only checks whether the pid exists.
         let alive = pid == me || unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
         if !alive {
-            fs::remove_file(entry.path()).map_err(|e| StoreError::io(entry.path(), e))?;
-            removed += 1;
+            match fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                // another run sweeping the same directory removed it first (two runs on two
+                // stores share the in-flight marker directory)
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io(entry.path(), e)),
+            }
         }
     }
     Ok(removed)
