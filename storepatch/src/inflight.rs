@@ -47,19 +47,7 @@ pub const STATE_DIR_ENV: &str = "KUBELET_REHASH_STATE_DIR";
 /// because an unprivileged run (the demo, a copy of a store) cannot create
 /// `/var/lib/kubelet-rehash`.
 pub fn state_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os(STATE_DIR_ENV).filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    if uid == 0 {
-        return PathBuf::from(STATE_DIR);
-    }
-    // (not $HOME: runuser and su without a login shell keep the caller's)
-    match std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        Some(d) => Path::new(&d).join("kubelet-rehash/inflight"),
-        None => PathBuf::from(format!("/tmp/kubelet-rehash-{uid}/inflight")),
-    }
+    crate::lock::per_user_dir(STATE_DIR_ENV, STATE_DIR, "XDG_STATE_HOME", "inflight")
 }
 
 /// What the interrupted run was doing.

@@ -56,17 +56,25 @@ pub const LOCK_DIR_ENV: &str = "KUBELET_REHASH_LOCK_DIR";
 /// flock on the store root directory excludes runs whatever their lock directory — so a run
 /// with another one only loses the holder's pid from the refusal message.
 pub fn lock_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os(LOCK_DIR_ENV).filter(|d| !d.is_empty()) {
+    per_user_dir(LOCK_DIR_ENV, LOCK_DIR, "XDG_RUNTIME_DIR", "locks")
+}
+
+/// The directory choice shared by the lock files and the in-flight markers
+/// ([`crate::inflight::state_dir`]): `$env` when set and not empty; `root_dir` for root;
+/// otherwise `$xdg/kubelet-rehash/<leaf>` or `/tmp/kubelet-rehash-<uid>/<leaf>` (not `$HOME`:
+/// runuser and su without a login shell keep the caller's).
+pub(crate) fn per_user_dir(env: &str, root_dir: &str, xdg: &str, leaf: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os(env).filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
     // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
     if uid == 0 {
-        return PathBuf::from(LOCK_DIR);
+        return PathBuf::from(root_dir);
     }
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(run) => Path::new(&run).join("kubelet-rehash/locks"),
-        None => PathBuf::from(format!("/tmp/kubelet-rehash-{uid}/locks")),
+    match std::env::var_os(xdg).filter(|d| !d.is_empty()) {
+        Some(base) => Path::new(&base).join("kubelet-rehash").join(leaf),
+        None => PathBuf::from(format!("/tmp/kubelet-rehash-{uid}/{leaf}")),
     }
 }
 
