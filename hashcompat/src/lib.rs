@@ -52,7 +52,10 @@ pub mod value;
 mod version;
 
 pub use batch::hash_many;
-pub use gojson::parse::{parse as parse_json, Node, NodeValue, SyntaxError};
+pub use gojson::parse::{
+    parse as parse_json, parse_streaming as parse_json_streaming, Node, NodeValue, Streamed,
+    SyntaxError,
+};
 pub use value::DecodeError;
 pub use version::{HashForm, KubeletVersion, VersionError};
 

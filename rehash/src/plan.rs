@@ -444,7 +444,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
     let mut specs: HashMap<&[u8], Option<Hashes>> = HashMap::new();
     for r in &input.scan.records {
         if let Some(c) = spec_of(input.pods, r) {
-            specs.entry(c.spec.raw).or_insert(None);
+            specs.entry(c.spec).or_insert(None);
         }
     }
     let keys: Vec<&[u8]> = specs.keys().copied().collect();
@@ -460,7 +460,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
     }
     let hash_ms = started.elapsed().as_secs_f64() * 1e3;
     let hashes_for = |r: &StoreRecord| -> Option<&Hashes> {
-        spec_of(input.pods, r).and_then(|c| specs.get(c.spec.raw).and_then(|h| h.as_ref()))
+        spec_of(input.pods, r).and_then(|c| specs.get(c.spec).and_then(|h| h.as_ref()))
     };
     let at = |h: &Hashes, v: KubeletVersion| -> Option<Result<ContainerHashes, SpecError>> {
         wanted.iter().position(|w| *w == v).map(|i| h[i].clone())

@@ -1,7 +1,7 @@
 //! The node's pods as `kubectl get pods -o json` serves them: the specs the upgraded kubelet
 //! will hash, and the status that says which runtime container is which and whether it runs.
 
-use hashcompat::{parse_json, Node, NodeValue};
+use hashcompat::{parse_json, parse_json_streaming, Node, NodeValue};
 use std::collections::HashMap;
 
 /// The mirror pod's annotation naming the static pod's kubelet UID.
@@ -40,8 +40,9 @@ pub struct PodContainer<'a> {
     pub name: String,
     /// How the kubelet treats it.
     pub ctype: ContainerType,
-    /// The spec exactly as the API server served it: the bytes the kubelet decodes.
-    pub spec: Node<'a>,
+    /// The spec exactly as the API server served it: the bytes the kubelet decodes (hashed
+    /// by the plan; kept as bytes, not a tree, so a node's pods cost their file size).
+    pub spec: &'a [u8],
 }
 
 /// One pod of the node.
@@ -108,19 +109,54 @@ fn strip_runtime_prefix(id: &str) -> &str {
 }
 
 impl<'a> PodIndex<'a> {
-    /// Parses a PodList, a `List` of pods, or a single Pod.
+    /// Parses a PodList, a `List` of pods, or a single Pod. The items of a list are parsed and
+    /// indexed one at a time ([`hashcompat::parse_json_streaming`]): what is kept of a pod is
+    /// small (names, status states, its container specs as byte spans of `input`), so the peak
+    /// memory is `input` plus one pod's tree, not the whole document's tree.
     pub fn parse(input: &'a [u8]) -> Result<PodIndex<'a>, PodsError> {
-        let doc = parse_json(input).map_err(|e| PodsError(format!("not JSON: {e}")))?;
-        let kind = str_at(&doc, &["kind"]);
-        let items: Vec<&Node<'a>> = match kind {
-            Some("PodList") | Some("List") => match doc.get("items") {
-                Some(Node {
-                    value: NodeValue::Array(items),
-                    ..
-                }) => items.iter().collect(),
-                _ => return Err(PodsError(format!("{} without an items array", kind.unwrap_or("")))),
-            },
-            Some("Pod") => vec![&doc],
+        let mut index = PodIndex::default();
+        let mut first_error = None;
+        let mut count = 0usize;
+        let mut member = 0;
+        let streamed = parse_json_streaming(input, "items", |occurrence, item| {
+            if occurrence != member {
+                // A later `items` member: Go's decoder keeps only the last one.
+                member = occurrence;
+                index = PodIndex::default();
+                first_error = None;
+                count = 0;
+            }
+            if first_error.is_none() {
+                if let Err(e) = index.add(count, &item) {
+                    first_error = Some(e);
+                }
+            }
+            count += 1;
+        })
+        .map_err(|e| PodsError(format!("not JSON: {e}")))?;
+        let doc = &streamed.doc;
+        let kind = str_at(doc, &["kind"]);
+        match kind {
+            // (the last `items` member is the one Go decodes; a streamed one is left empty)
+            Some("PodList") | Some("List")
+                if streamed.streamed
+                    && matches!(
+                        doc.get("items"),
+                        Some(Node {
+                            value: NodeValue::Array(_),
+                            ..
+                        })
+                    ) => {}
+            Some("PodList") | Some("List") => {
+                return Err(PodsError(format!("{} without an items array", kind.unwrap_or(""))))
+            }
+            Some("Pod") => {
+                // One pod: small, and its own fields (an `items` among them) are not a list's.
+                let doc = parse_json(input).map_err(|e| PodsError(format!("not JSON: {e}")))?;
+                let mut index = PodIndex::default();
+                index.add(0, &doc)?;
+                return Ok(index);
+            }
             Some(other) => {
                 return Err(PodsError(format!(
                     "kind {other:?} is not a Pod, PodList or List (give `kubectl get pods -A --field-selector spec.nodeName=NODE -o json`)"
@@ -131,121 +167,126 @@ impl<'a> PodIndex<'a> {
                     "no \"kind\": expected a Pod, PodList or List from `kubectl get pods -o json`".into(),
                 ))
             }
-        };
-        let mut index = PodIndex::default();
-        for (i, item) in items.into_iter().enumerate() {
-            let item_kind = str_at(item, &["kind"]);
-            if item_kind.is_some_and(|k| k != "Pod") {
-                return Err(PodsError(format!(
-                    "item {i} is a {}, not a Pod",
-                    item_kind.unwrap_or_default()
-                )));
-            }
-            let name = str_at(item, &["metadata", "name"])
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| PodsError(format!("item {i} has no metadata.name")))?;
-            let namespace = str_at(item, &["metadata", "namespace"]).unwrap_or("default");
-            let uid = str_at(item, &["metadata", "uid"])
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| PodsError(format!("pod {namespace}/{name} has no metadata.uid")))?;
-            if index.by_uid.contains_key(uid) {
-                // (also a uid that an earlier mirror pod's annotation claimed)
-                return Err(PodsError(format!(
-                    "uid {uid} appears twice (pod {namespace}/{name}); a node's pods have distinct uids"
-                )));
-            }
-            let spec = item
-                .get("spec")
-                .ok_or_else(|| PodsError(format!("pod {namespace}/{name} has no spec")))?;
-            let mut containers = Vec::new();
-            for (list, base) in [
-                ("initContainers", ContainerType::Init),
-                ("containers", ContainerType::Container),
-                ("ephemeralContainers", ContainerType::Ephemeral),
-            ] {
-                for c in array(spec.get(list)) {
-                    let cname = c.get("name").and_then(|n| n.as_str()).ok_or_else(|| {
-                        PodsError(format!(
-                            "pod {namespace}/{name}: a container in {list} has no name"
-                        ))
-                    })?;
-                    let ctype = if base == ContainerType::Init
-                        && c.get("restartPolicy").and_then(|r| r.as_str()) == Some("Always")
-                    {
-                        ContainerType::Sidecar
-                    } else {
-                        base
-                    };
-                    if containers.iter().any(|x: &PodContainer| x.name == cname) {
-                        return Err(PodsError(format!(
-                            "pod {namespace}/{name}: container name {cname:?} appears twice"
-                        )));
-                    }
-                    containers.push(PodContainer {
-                        name: cname.to_string(),
-                        ctype,
-                        spec: c.clone(),
-                    });
-                }
-            }
-            if let Some(status) = item.get("status") {
-                for list in [
-                    "initContainerStatuses",
-                    "containerStatuses",
-                    "ephemeralContainerStatuses",
-                ] {
-                    for st in array(status.get(list)) {
-                        if let Some(id) = str_at(st, &["containerID"]).filter(|s| !s.is_empty()) {
-                            let state = match st.get("state") {
-                                Some(s) if s.get("running").is_some() => ContainerState::Running,
-                                Some(s) if s.get("terminated").is_some() => ContainerState::Exited,
-                                _ => ContainerState::Waiting,
-                            };
-                            index.status_by_id.insert(
-                                strip_runtime_prefix(id).to_string(),
-                                StatusEntry { state },
-                            );
-                        }
-                        if let Some(id) = str_at(st, &["lastState", "terminated", "containerID"])
-                            .filter(|s| !s.is_empty())
-                        {
-                            index
-                                .status_by_id
-                                .entry(strip_runtime_prefix(id).to_string())
-                                .or_insert(StatusEntry {
-                                    state: ContainerState::Exited,
-                                });
-                        }
-                    }
-                }
-            }
-            let kubelet_uid = item
-                .get("metadata")
-                .and_then(|m| m.get("annotations"))
-                .and_then(|a| a.get(MIRROR_ANNOTATION))
-                .and_then(|v| v.as_str())
-                .filter(|s| !s.is_empty() && *s != uid);
-            if let Some(k) = kubelet_uid {
-                if index.by_uid.contains_key(k) {
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(index),
+        }
+    }
+
+    /// Indexes item `i` of the list: one pod.
+    fn add(&mut self, i: usize, item: &Node<'a>) -> Result<(), PodsError> {
+        let index = self;
+        let item_kind = str_at(item, &["kind"]);
+        if item_kind.is_some_and(|k| k != "Pod") {
+            return Err(PodsError(format!(
+                "item {i} is a {}, not a Pod",
+                item_kind.unwrap_or_default()
+            )));
+        }
+        let name = str_at(item, &["metadata", "name"])
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| PodsError(format!("item {i} has no metadata.name")))?;
+        let namespace = str_at(item, &["metadata", "namespace"]).unwrap_or("default");
+        let uid = str_at(item, &["metadata", "uid"])
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| PodsError(format!("pod {namespace}/{name} has no metadata.uid")))?;
+        if index.by_uid.contains_key(uid) {
+            // (also a uid that an earlier mirror pod's annotation claimed)
+            return Err(PodsError(format!(
+                "uid {uid} appears twice (pod {namespace}/{name}); a node's pods have distinct uids"
+            )));
+        }
+        let spec = item
+            .get("spec")
+            .ok_or_else(|| PodsError(format!("pod {namespace}/{name} has no spec")))?;
+        let mut containers = Vec::new();
+        for (list, base) in [
+            ("initContainers", ContainerType::Init),
+            ("containers", ContainerType::Container),
+            ("ephemeralContainers", ContainerType::Ephemeral),
+        ] {
+            for c in array(spec.get(list)) {
+                let cname = c.get("name").and_then(|n| n.as_str()).ok_or_else(|| {
+                    PodsError(format!(
+                        "pod {namespace}/{name}: a container in {list} has no name"
+                    ))
+                })?;
+                let ctype = if base == ContainerType::Init
+                    && c.get("restartPolicy").and_then(|r| r.as_str()) == Some("Always")
+                {
+                    ContainerType::Sidecar
+                } else {
+                    base
+                };
+                if containers.iter().any(|x: &PodContainer| x.name == cname) {
                     return Err(PodsError(format!(
-                        "uid {k} (the {MIRROR_ANNOTATION} of pod {namespace}/{name}) appears twice; a node's pods have distinct uids"
+                        "pod {namespace}/{name}: container name {cname:?} appears twice"
                     )));
                 }
-                index.by_uid.insert(k.to_string(), index.pods.len());
+                containers.push(PodContainer {
+                    name: cname.to_string(),
+                    ctype,
+                    spec: c.raw,
+                });
             }
-            index.by_uid.insert(uid.to_string(), index.pods.len());
-            index.pods.push(Pod {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                uid: uid.to_string(),
-                kubelet_uid: kubelet_uid.map(str::to_string),
-                node_name: str_at(spec, &["nodeName"])
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string),
-                containers,
-            });
         }
-        Ok(index)
+        if let Some(status) = item.get("status") {
+            for list in [
+                "initContainerStatuses",
+                "containerStatuses",
+                "ephemeralContainerStatuses",
+            ] {
+                for st in array(status.get(list)) {
+                    if let Some(id) = str_at(st, &["containerID"]).filter(|s| !s.is_empty()) {
+                        let state = match st.get("state") {
+                            Some(s) if s.get("running").is_some() => ContainerState::Running,
+                            Some(s) if s.get("terminated").is_some() => ContainerState::Exited,
+                            _ => ContainerState::Waiting,
+                        };
+                        index
+                            .status_by_id
+                            .insert(strip_runtime_prefix(id).to_string(), StatusEntry { state });
+                    }
+                    if let Some(id) = str_at(st, &["lastState", "terminated", "containerID"])
+                        .filter(|s| !s.is_empty())
+                    {
+                        index
+                            .status_by_id
+                            .entry(strip_runtime_prefix(id).to_string())
+                            .or_insert(StatusEntry {
+                                state: ContainerState::Exited,
+                            });
+                    }
+                }
+            }
+        }
+        let kubelet_uid = item
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
+            .and_then(|a| a.get(MIRROR_ANNOTATION))
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty() && *s != uid);
+        if let Some(k) = kubelet_uid {
+            if index.by_uid.contains_key(k) {
+                return Err(PodsError(format!(
+                    "uid {k} (the {MIRROR_ANNOTATION} of pod {namespace}/{name}) appears twice; a node's pods have distinct uids"
+                )));
+            }
+            index.by_uid.insert(k.to_string(), index.pods.len());
+        }
+        index.by_uid.insert(uid.to_string(), index.pods.len());
+        index.pods.push(Pod {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+            kubelet_uid: kubelet_uid.map(str::to_string),
+            node_name: str_at(spec, &["nodeName"])
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+            containers,
+        });
+        Ok(())
     }
 
     /// The pod with this uid: its `metadata.uid`, or for a mirror pod the kubelet's UID of the
@@ -260,5 +301,76 @@ impl<'a> PodIndex<'a> {
             .iter()
             .filter_map(|p| p.node_name.as_deref())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, container: &str) -> String {
+        format!(
+            r#"{{"kind":"Pod","metadata":{{"name":"p-{uid}","namespace":"ns","uid":"{uid}"}},"spec":{{"containers":[{{"name":"{container}","image":"busybox"}}]}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_list_keeps_each_container_spec_as_its_exact_bytes() {
+        let doc = format!(
+            r#"{{"apiVersion":"v1","items":[{},{}],"kind":"List","metadata":{{}}}}"#,
+            pod("u1", "a"),
+            pod("u2", "b")
+        );
+        let index = PodIndex::parse(doc.as_bytes()).unwrap();
+        assert_eq!(index.pods.len(), 2, "every item is a pod of the index");
+        let spec = index.pod("u2").unwrap().containers[0].spec;
+        assert_eq!(
+            spec, br#"{"name":"b","image":"busybox"}"#,
+            "the spec is the served bytes, not a re-serialisation"
+        );
+    }
+
+    #[test]
+    fn only_the_last_items_member_counts_as_go_decodes_it() {
+        let doc = format!(
+            r#"{{"kind":"List","items":[{},{}],"items":[{}]}}"#,
+            pod("u1", "a"),
+            pod("u1", "a"),
+            pod("u3", "c")
+        );
+        let index = PodIndex::parse(doc.as_bytes()).unwrap();
+        let uids: Vec<&str> = index.pods.iter().map(|p| p.uid.as_str()).collect();
+        assert_eq!(
+            uids,
+            ["u3"],
+            "the earlier items array (with its duplicate uid) is replaced by the last"
+        );
+        let doc = format!(
+            r#"{{"kind":"List","items":[{}],"items":null}}"#,
+            pod("u1", "a")
+        );
+        let err = PodIndex::parse(doc.as_bytes()).unwrap_err();
+        assert!(
+            err.0.contains("without an items array"),
+            "a last items member that is not an array is refused: {err}"
+        );
+    }
+
+    #[test]
+    fn a_single_pod_is_one_pod_even_with_an_items_field() {
+        let doc = pod("u1", "a").replacen(r#""kind":"Pod","#, r#""kind":"Pod","items":[1],"#, 1);
+        let index = PodIndex::parse(doc.as_bytes()).unwrap();
+        assert_eq!(index.pods.len(), 1, "a Pod's own fields are not list items");
+        assert_eq!(index.pods[0].containers[0].name, "a");
+    }
+
+    #[test]
+    fn a_bad_item_is_named_after_a_syntax_check_of_the_whole_file() {
+        let doc = r#"{"kind":"List","items":[{"kind":"Pod","metadata":{}}, {"#;
+        let err = PodIndex::parse(doc.as_bytes()).unwrap_err();
+        assert!(err.0.starts_with("not JSON"), "syntax first: {err}");
+        let doc = r#"{"kind":"List","items":[{"kind":"Pod","metadata":{}}]}"#;
+        let err = PodIndex::parse(doc.as_bytes()).unwrap_err();
+        assert!(err.0.contains("item 0 has no metadata.name"), "{err}");
     }
 }

@@ -101,6 +101,59 @@ pub fn parse(input: &[u8]) -> Result<Node<'_>, SyntaxError> {
     Ok(node)
 }
 
+/// What [`parse_streaming`] kept of a document.
+#[derive(Debug)]
+pub struct Streamed<'a> {
+    /// The document, with the streamed array member's value an empty array whose `raw` is
+    /// still the array's whole span.
+    pub doc: Node<'a>,
+    /// Whether the member was found as an array at the top level and its elements streamed.
+    pub streamed: bool,
+}
+
+/// Parses one complete JSON document like [`parse`], but hands each element of the top-level
+/// object's array member `key` to `each` as soon as it is parsed, instead of keeping it in the
+/// tree. A node's pods file is megabytes of JSON whose tree is several times its size; callers
+/// that keep only a little of each element (the pods' container specs as raw spans) then hold
+/// one element's tree at a time. Syntax is checked exactly as [`parse`] checks it: the same
+/// documents are accepted and rejected, with the same offsets.
+///
+/// Elements reach `each` in input order; a document whose top level is not an object, or whose
+/// `key` member is not an array, is returned whole with `streamed` false (each member named
+/// `key` of the top-level object is streamed, and `each` is told which of them, counting from
+/// 0: Go's decoder keeps only the last, and so must a caller that means to decode as Go does).
+pub fn parse_streaming<'a>(
+    input: &'a [u8],
+    key: &str,
+    mut each: impl FnMut(usize, Node<'a>),
+) -> Result<Streamed<'a>, SyntaxError> {
+    let mut p = Parser {
+        s: input,
+        i: 0,
+        depth: 0,
+    };
+    p.ws();
+    let mut members_streamed = 0;
+    let doc = if p.s.get(p.i) == Some(&b'{') {
+        let start = p.i;
+        let value = p.object_streaming(key, &mut each, &mut members_streamed)?;
+        Node {
+            raw: &p.s[start..p.i],
+            value,
+        }
+    } else {
+        p.value()?
+    };
+    p.ws();
+    if p.i != input.len() {
+        return Err(p.err("invalid character after top-level value"));
+    }
+    Ok(Streamed {
+        doc,
+        streamed: members_streamed > 0,
+    })
+}
+
 /// Go's `maxNestingDepth`.
 const MAX_DEPTH: usize = 10000;
 
@@ -276,6 +329,93 @@ impl<'a> Parser<'a> {
         Ok(NodeValue::Object(members))
     }
 
+    /// [`Parser::object`] for the top level of [`parse_streaming`]: members named `key` whose
+    /// value is an array have their elements handed to `each` one by one.
+    fn object_streaming(
+        &mut self,
+        key: &str,
+        each: &mut dyn FnMut(usize, Node<'a>),
+        members_streamed: &mut usize,
+    ) -> Result<NodeValue<'a>, SyntaxError> {
+        self.enter()?;
+        self.i += 1;
+        let mut members = Vec::new();
+        self.ws();
+        if self.s.get(self.i) == Some(&b'}') {
+            self.i += 1;
+            self.depth -= 1;
+            return Ok(NodeValue::Object(members));
+        }
+        loop {
+            self.ws();
+            if self.s.get(self.i) != Some(&b'"') {
+                return Err(
+                    self.err("invalid character looking for beginning of object key string")
+                );
+            }
+            let name = self.string()?;
+            self.ws();
+            if self.s.get(self.i) != Some(&b':') {
+                return Err(self.err("invalid character after object key"));
+            }
+            self.i += 1;
+            self.ws();
+            let v = if name == key && self.s.get(self.i) == Some(&b'[') {
+                let start = self.i;
+                let occurrence = *members_streamed;
+                *members_streamed += 1;
+                self.array_streaming(&mut |n| each(occurrence, n))?;
+                Node {
+                    raw: &self.s[start..self.i],
+                    value: NodeValue::Array(Vec::new()),
+                }
+            } else {
+                self.value()?
+            };
+            members.push((name, v));
+            self.ws();
+            match self.s.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(b'}') => {
+                    self.i += 1;
+                    break;
+                }
+                None => return Err(self.err("unexpected end of JSON input")),
+                _ => return Err(self.err("invalid character after object key:value pair")),
+            }
+        }
+        self.depth -= 1;
+        Ok(NodeValue::Object(members))
+    }
+
+    /// [`Parser::array`], handing each element to `each` instead of collecting it.
+    fn array_streaming(&mut self, each: &mut dyn FnMut(Node<'a>)) -> Result<(), SyntaxError> {
+        self.enter()?;
+        self.i += 1;
+        self.ws();
+        if self.s.get(self.i) == Some(&b']') {
+            self.i += 1;
+            self.depth -= 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            each(self.value()?);
+            self.ws();
+            match self.s.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(b']') => {
+                    self.i += 1;
+                    break;
+                }
+                None => return Err(self.err("unexpected end of JSON input")),
+                _ => return Err(self.err("invalid character after array element")),
+            }
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
     /// Scans a string starting at the opening quote; returns it decoded like Go's `unquote`.
     fn string(&mut self) -> Result<String, SyntaxError> {
         self.i += 1;
@@ -439,6 +579,67 @@ mod tests {
     fn invalid_utf8_is_replaced_per_byte_like_go() {
         let n = parse(b"\"a\xe2\x82x\xff\"").unwrap();
         assert_eq!(n.as_str().unwrap(), "a\u{FFFD}\u{FFFD}x\u{FFFD}");
+    }
+
+    #[test]
+    fn streaming_sees_the_elements_parse_would_keep_and_the_same_errors() {
+        let docs: &[&[u8]] = &[
+            br#"{"apiVersion":"v1","items":[{"a":1},[2,"x"],"s",null],"kind":"List"}"#,
+            br#" { "items" : [ ] , "items": [1, {"b": [true]}] } "#,
+            br#"{"items":{"not":"an array"},"kind":"Pod"}"#,
+            br#"[{"items":[1]}]"#,
+            br#"{"items":[1,2,}"#,
+            br#"{"items":[1,2]"#,
+            br#"{"items":[1 2]}"#,
+            br#"{"items":[1],"kind":"List"} x"#,
+            br#"{"items":[{"a":"\ud800"}]}"#,
+            b"{\"items\":[\"\xff\"]}",
+        ];
+        for doc in docs {
+            let doc: &[u8] = doc;
+            let whole = parse(doc);
+            let mut seen = Vec::new();
+            let mut occurrences = Vec::new();
+            let streamed = parse_streaming(doc, "items", |o, n| {
+                occurrences.push(o);
+                seen.push(n)
+            });
+            assert!(
+                occurrences.windows(2).all(|w| w[0] <= w[1]),
+                "member occurrences count up in input order, for {doc:?}"
+            );
+            match (&whole, &streamed) {
+                (Err(a), Err(b)) => assert_eq!(a, b, "the same syntax error for {doc:?}"),
+                (Ok(w), Ok(s)) => {
+                    let kept: Vec<&Node> = match &w.value {
+                        NodeValue::Object(m) => m
+                            .iter()
+                            .filter(|(k, v)| k == "items" && matches!(v.value, NodeValue::Array(_)))
+                            .flat_map(|(_, v)| match &v.value {
+                                NodeValue::Array(items) => items.iter().collect::<Vec<_>>(),
+                                _ => unreachable!(),
+                            })
+                            .collect(),
+                        _ => Vec::new(),
+                    };
+                    assert_eq!(
+                        seen.iter().collect::<Vec<_>>(),
+                        kept,
+                        "the streamed elements are the ones parse keeps, in order, for {doc:?}"
+                    );
+                    let has_array = matches!(&w.value, NodeValue::Object(m)
+                        if m.iter().any(|(k, v)| k == "items" && matches!(v.value, NodeValue::Array(_))));
+                    assert_eq!(
+                        s.streamed, has_array,
+                        "streamed is set iff a top-level items array was streamed, for {doc:?}"
+                    );
+                    assert_eq!(s.doc.raw, w.raw, "the document's span for {doc:?}");
+                }
+                _ => panic!(
+                    "parse and parse_streaming disagree on {doc:?}: {whole:?} vs {streamed:?}"
+                ),
+            }
+        }
     }
 
     #[test]

@@ -130,30 +130,51 @@ pub(crate) fn resolve(host: &HostRoot, p: &str) -> Result<PathBuf, Error> {
     })
 }
 
-/// The pods' `spec.hostNetwork` and `status.podIP`, by uid.
+/// The pods' `spec.hostNetwork` and `status.podIP`, by uid. Read one item at a time
+/// ([`hashcompat::parse_json_streaming`]): the pods file of a large node is megabytes whose
+/// tree would be several times that.
 fn pod_networks(pods: &[u8]) -> BTreeMap<String, (bool, Option<String>)> {
-    let mut out = BTreeMap::new();
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(pods) else {
-        return out;
-    };
-    let items: Vec<&serde_json::Value> = match v.get("items").and_then(|i| i.as_array()) {
-        Some(items) => items.iter().collect(),
-        None => vec![&v],
-    };
-    for p in items {
-        let Some(uid) = p.pointer("/metadata/uid").and_then(|u| u.as_str()) else {
-            continue;
-        };
-        let host = p
-            .pointer("/spec/hostNetwork")
-            .and_then(|h| h.as_bool())
-            .unwrap_or(false);
+    use hashcompat::{Node, NodeValue};
+    fn network(p: &Node<'_>) -> Option<(String, (bool, Option<String>))> {
+        let uid = p.get("metadata")?.get("uid")?.as_str()?;
+        let host = matches!(
+            p.get("spec").and_then(|s| s.get("hostNetwork")),
+            Some(Node {
+                value: NodeValue::Bool(true),
+                ..
+            })
+        );
         let ip = p
-            .pointer("/status/podIP")
+            .get("status")
+            .and_then(|s| s.get("podIP"))
             .and_then(|i| i.as_str())
             .filter(|i| !i.is_empty())
             .map(String::from);
-        out.insert(uid.to_string(), (host, ip));
+        Some((uid.to_string(), (host, ip)))
+    }
+    let mut out = BTreeMap::new();
+    let mut member = 0;
+    let Ok(streamed) = hashcompat::parse_json_streaming(pods, "items", |occurrence, item| {
+        if occurrence != member {
+            // only the last `items` member counts, as when decoding the whole document
+            member = occurrence;
+            out.clear();
+        }
+        out.extend(network(&item));
+    }) else {
+        return BTreeMap::new();
+    };
+    let items_array = matches!(
+        streamed.doc.get("items"),
+        Some(Node {
+            value: NodeValue::Array(_),
+            ..
+        })
+    );
+    if !(streamed.streamed && items_array) {
+        // one pod (or no list): the document itself
+        out.clear();
+        out.extend(network(&streamed.doc));
     }
     out
 }
