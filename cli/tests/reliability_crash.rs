@@ -396,7 +396,10 @@ impl Sweep {
         self.no_marker(at);
     }
 
-    /// Before the manifest exists nothing may have been written to the store.
+    /// Before the manifest exists no store file may have changed. Staged temp files may lie
+    /// beside them (Docker stages its new files before the backup commits, so that one flush
+    /// makes both durable); dockerd never reads them, and the recovery and
+    /// rerun that follow must leave none (checked by `check_reference`).
     fn no_manifest_no_write(&self, bk: &Path, state: State, at: &str) {
         if !bk.join("manifest.json").exists() {
             assert_eq!(
@@ -405,7 +408,6 @@ impl Sweep {
                 "{} {at}: no backup manifest yet, but the store changed",
                 self.node.name
             );
-            assert!(self.node.snapshot().temps.is_empty());
         }
     }
 

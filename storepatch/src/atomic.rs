@@ -345,6 +345,7 @@ pub struct Replacement<'a> {
 /// A file system the files of a [`replace_many`] live on, opened before anything is written
 /// so that its [`syncfs`] reports every writeback error of the batch (`syncfs(2)` reports the
 /// errors that happened since the descriptor was opened).
+#[derive(Debug)]
 struct FsHandle {
     dev: u64,
     dir: PathBuf,
@@ -420,7 +421,6 @@ pub fn replace_many(files: &[Replacement<'_>]) -> Result<(), StoreError> {
 /// reports every writeback error of the batch. Each step passes a [`fault`] point: "write"
 /// per file, "syncfs" per file system, "rename" per file, "syncfs" per file system.
 pub fn replace_many_in_waves(waves: &[&[Replacement<'_>]]) -> Result<(), StoreError> {
-    use rayon::prelude::*;
     let paths: Vec<&Path> = waves
         .iter()
         .flat_map(|w| w.iter().map(|r| r.path))
@@ -428,49 +428,123 @@ pub fn replace_many_in_waves(waves: &[&[Replacement<'_>]]) -> Result<(), StoreEr
     if paths.is_empty() {
         return Ok(());
     }
-    let filesystems = open_filesystems(&paths)?;
-    let staged: Vec<Vec<StagedFile>> = on_io_threads(|| {
-        waves
+    let mut batch = StagedBatch::open(&paths)?;
+    for w in waves {
+        batch.stage(w)?;
+        batch.end_wave();
+    }
+    batch.commit()
+}
+
+/// [`replace_many_in_waves`] in steps, for a caller that produces the new bytes a slice at a
+/// time and must not hold them all (Docker's thousands of `config.v2.json`): open it with every
+/// target path, [`StagedBatch::stage`] slice after slice (each staged file only keeps its
+/// paths), then [`StagedBatch::sync`] and [`StagedBatch::commit`]. Steps 1–4 and the crash
+/// guarantee are [`replace_many_in_waves`]'s; dropping the batch before its commit removes
+/// every temp file and changes no target.
+#[derive(Debug)]
+pub struct StagedBatch {
+    filesystems: Vec<FsHandle>,
+    /// Staged files, wave after wave (a new wave renames only after the previous one).
+    waves: Vec<Vec<StagedFile>>,
+    synced: bool,
+}
+
+impl StagedBatch {
+    /// Opens the file systems of every target in `paths` (all targets [`StagedBatch::stage`]
+    /// will be given must be among them).
+    pub fn open(paths: &[&Path]) -> Result<StagedBatch, StoreError> {
+        Ok(StagedBatch {
+            filesystems: open_filesystems(paths)?,
+            waves: vec![Vec::new()],
+            synced: false,
+        })
+    }
+
+    /// Stages `files` as temp files beside their targets, without fsync, on the I/O threads.
+    /// On an error the files of this call are removed (earlier ones stay staged until the
+    /// batch is dropped).
+    pub fn stage(&mut self, files: &[Replacement<'_>]) -> Result<(), StoreError> {
+        use rayon::prelude::*;
+        let staged = on_io_threads(|| {
+            files
+                .par_iter()
+                .map(|r| stage_file_nosync(r.path, r.bytes, r.meta))
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        // A target whose directory is not on a file system opened at the start (its directory
+        // was swapped for a mount point since) would escape the flush: refuse before any rename.
+        if let Some(s) = staged
             .iter()
-            .map(|w| {
-                w.par_iter()
-                    .map(|r| stage_file_nosync(r.path, r.bytes, r.meta))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()
-    })?;
-    // A target whose directory is not on a file system opened above (its directory was
-    // swapped for a mount point since) would escape the flush: refuse before any rename.
-    if let Some(s) = staged
-        .iter()
-        .flatten()
-        .find(|s| !filesystems.iter().any(|h| h.dev == s.dev))
-    {
-        return Err(StoreError::Refused(format!(
-            "{}: its directory moved to another file system while it was being written; nothing was replaced",
-            s.path().display()
-        )));
-    }
-    for h in &filesystems {
-        syncfs_fd(h)?;
-    }
-    let mut first_err = None;
-    for wave in staged {
-        if first_err.is_some() {
-            break; // dropping the staged files removes their temp files
+            .find(|s| !self.filesystems.iter().any(|h| h.dev == s.dev))
+        {
+            return Err(StoreError::Refused(format!(
+                "{}: its directory moved to another file system while it was being written; nothing was replaced",
+                s.path().display()
+            )));
         }
-        let results: Vec<Result<(), StoreError>> =
-            on_io_threads(|| wave.into_par_iter().map(StagedFile::commit).collect());
-        first_err = results.into_iter().find_map(Result::err);
+        self.waves
+            .last_mut()
+            .expect("a batch has a wave")
+            .extend(staged);
+        self.synced = false;
+        Ok(())
     }
-    for h in &filesystems {
-        if let Err(e) = syncfs_fd(h) {
-            first_err.get_or_insert(e);
+
+    /// Files staged from now on are renamed only after every file staged before.
+    pub fn end_wave(&mut self) {
+        if self.waves.last().is_some_and(|w| !w.is_empty()) {
+            self.waves.push(Vec::new());
         }
     }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(()),
+
+    /// How many files are staged.
+    pub fn len(&self) -> usize {
+        self.waves.iter().map(Vec::len).sum()
+    }
+
+    /// Whether nothing is staged.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Step 2: one `syncfs` per file system makes every staged byte, mode and owner durable.
+    /// Changes no target. A caller that has other files to make durable on the same file
+    /// systems first (a backup) calls it after writing those: one flush for both.
+    pub fn sync(&mut self) -> Result<(), StoreError> {
+        for h in &self.filesystems {
+            syncfs_fd(h)?;
+        }
+        self.synced = true;
+        Ok(())
+    }
+
+    /// Steps 2 (unless [`StagedBatch::sync`] ran since the last stage) to 4: the renames, wave
+    /// after wave, then one `syncfs` per file system, which runs even after a rename error so
+    /// that what was renamed is durable when the error is returned.
+    pub fn commit(mut self) -> Result<(), StoreError> {
+        use rayon::prelude::*;
+        if !self.synced {
+            self.sync()?;
+        }
+        let mut first_err = None;
+        for wave in std::mem::take(&mut self.waves) {
+            if first_err.is_some() {
+                break; // dropping the staged files removes their temp files
+            }
+            let results: Vec<Result<(), StoreError>> =
+                on_io_threads(|| wave.into_par_iter().map(StagedFile::commit).collect());
+            first_err = results.into_iter().find_map(Result::err);
+        }
+        for h in &self.filesystems {
+            if let Err(e) = syncfs_fd(h) {
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 

@@ -179,6 +179,79 @@ pub struct SaveItem<'a> {
     pub new: Option<&'a [u8]>,
 }
 
+/// A pack file of a [`Backup`] being written ([`Backup::pack`]).
+#[derive(Debug)]
+pub struct Pack<'b> {
+    backup: &'b mut Backup,
+    name: String,
+    out: Option<std::io::BufWriter<fs::File>>,
+    offset: u64,
+}
+
+impl Pack<'_> {
+    /// Appends the originals of `items` to the pack and their manifest entries (in `items`'
+    /// order) to the backup; returns the sha256 of each item's new bytes, as the manifest
+    /// records it (`None` where `new` is). On an error no entry of `items` is added.
+    pub fn add(&mut self, items: &[SaveItem<'_>]) -> Result<Vec<Option<String>>, StoreError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let path = self.backup.dir.join(&self.name);
+        if self.out.is_none() {
+            let f = create_private(&path)?;
+            self.backup.created_files.push(path.clone());
+            fault::point("backup-write");
+            self.out = Some(std::io::BufWriter::with_capacity(1 << 20, f));
+        }
+        let out = self.out.as_mut().expect("opened above");
+        let (written, shas) = rayon::join(
+            || -> Result<(), StoreError> {
+                for it in items {
+                    out.write_all(it.original)
+                        .map_err(|e| StoreError::io(&path, e))?;
+                }
+                Ok(())
+            },
+            || -> Vec<(String, Option<String>)> {
+                items
+                    .par_iter()
+                    .map(|it| (sha256_hex(it.original), it.new.map(sha256_hex)))
+                    .collect()
+            },
+        );
+        written?;
+        let mut news = Vec::with_capacity(items.len());
+        for (it, (sha256_original, sha256_new)) in items.iter().zip(shas) {
+            self.backup.manifest.entries.push(ManifestEntry {
+                path: it.path.to_path_buf(),
+                backup_file: self.name.clone(),
+                offset: Some(self.offset),
+                mode: it.meta.mode,
+                uid: it.meta.uid,
+                gid: it.meta.gid,
+                size: it.original.len() as u64,
+                sha256_original,
+                sha256_new: sha256_new.clone(),
+                set_aside: false,
+                pages: None,
+                intent: None,
+            });
+            self.offset += it.original.len() as u64;
+            news.push(sha256_new);
+        }
+        Ok(news)
+    }
+
+    /// Writes out what is buffered. The copies are made durable by [`Backup::commit`].
+    pub fn close(mut self) -> Result<(), StoreError> {
+        if let Some(mut out) = self.out.take() {
+            let path = self.backup.dir.join(&self.name);
+            out.flush().map_err(|e| StoreError::io(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
 fn is_world_writable(meta: &fs::Metadata) -> bool {
     meta.permissions().mode() & 0o002 != 0
 }
@@ -301,52 +374,21 @@ impl Backup {
     /// On an error no entry is added (a partial pack stays in the directory, which is never
     /// committed then). The pack is made durable by [`Backup::commit`].
     pub fn save_many(&mut self, items: &[SaveItem<'_>]) -> Result<(), StoreError> {
-        if items.is_empty() {
-            return Ok(());
+        let mut pack = self.pack();
+        pack.add(items)?;
+        pack.close()
+    }
+
+    /// A pack file to fill a slice of files at a time ([`Pack::add`]): [`Backup::save_many`]
+    /// for a caller that reads and edits thousands of files in waves and must not hold every
+    /// original at once. The file is created by the first non-empty [`Pack::add`].
+    pub fn pack(&mut self) -> Pack<'_> {
+        Pack {
+            name: format!("{:06}-originals.pack", self.manifest.entries.len()),
+            backup: self,
+            out: None,
+            offset: 0,
         }
-        let start = self.manifest.entries.len();
-        let pack_name = format!("{start:06}-originals.pack");
-        let pack = self.dir.join(&pack_name);
-        let created = &mut self.created_files;
-        let (written, shas) = rayon::join(
-            || -> Result<(), StoreError> {
-                let f = create_private(&pack)?;
-                created.push(pack.clone());
-                fault::point("backup-write");
-                let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-                for it in items {
-                    w.write_all(it.original)
-                        .map_err(|e| StoreError::io(&pack, e))?;
-                }
-                w.flush().map_err(|e| StoreError::io(&pack, e))
-            },
-            || -> Vec<(String, Option<String>)> {
-                items
-                    .par_iter()
-                    .map(|it| (sha256_hex(it.original), it.new.map(sha256_hex)))
-                    .collect()
-            },
-        );
-        written?;
-        let mut offset = 0u64;
-        for (it, (sha256_original, sha256_new)) in items.iter().zip(shas) {
-            self.manifest.entries.push(ManifestEntry {
-                path: it.path.to_path_buf(),
-                backup_file: pack_name.clone(),
-                offset: Some(offset),
-                mode: it.meta.mode,
-                uid: it.meta.uid,
-                gid: it.meta.gid,
-                size: it.original.len() as u64,
-                sha256_original,
-                sha256_new,
-                set_aside: false,
-                pages: None,
-                intent: None,
-            });
-            offset += it.original.len() as u64;
-        }
-        Ok(())
     }
 
     /// Copies a file the patch will remove (not rewrite) into the backup: rollback recreates

@@ -410,78 +410,91 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
         location: location.to_string(),
         reason,
     };
-    let doc: serde_json::Value = serde_json::from_slice(original).map_err(|e| {
+    // The document as serde_json reads it, without building its tree: the same documents are
+    // refused (syntax, number range, depth), at a fraction of the cost. The byte scanner below
+    // then reads what Go's decoder reads and refuses where the two could disagree.
+    serde_json::from_slice::<serde::de::IgnoredAny>(original).map_err(|e| {
         corrupt(if e.is_eof() {
             format!("is truncated ({e}); not rewritten")
         } else {
             format!("is not valid JSON ({e}); not rewritten")
         })
     })?;
-    if doc.get("ID").and_then(|v| v.as_str()) != Some(rw.id.as_str()) {
+    let scan_error = |e: jsonspan::SpanError| corrupt(format!("{e}; not rewritten"));
+    let root = jsonspan::root(original).map_err(scan_error)?;
+    let text = |m: &jsonspan::Member<'_>| -> Result<String, StoreError> {
+        Ok(jsonspan::decode_string(original, m.value.start)
+            .map_err(scan_error)?
+            .text)
+    };
+    let id = match root.field("ID").map_err(scan_error)? {
+        Some(m) if m.kind == jsonspan::Kind::String => Some(text(m)?),
+        _ => None,
+    };
+    if id.as_deref() != Some(rw.id.as_str()) {
         return Err(corrupt(format!(
             "its ID field is not {} (the directory name); not rewritten",
             rw.id
         )));
     }
-    let labels = match doc.get("Config").and_then(|c| c.get("Labels")) {
-        Some(serde_json::Value::Object(m)) => m,
-        Some(serde_json::Value::Null) | None => {
+    let labels = match root.path(&["Config", "Labels"]) {
+        Ok(Some(labels)) => labels,
+        Ok(None) => {
             return Err(StoreError::Refused(format!(
                 "{location}: has no Config.Labels: not a Kubernetes container; not rewritten"
             )))
         }
-        Some(other) => {
+        Err(jsonspan::SpanError {
+            reason: jsonspan::Reason::FieldNotAnObject { field, value },
+            ..
+        }) => {
+            let field = if field == "Labels" {
+                "Config.Labels"
+            } else {
+                "Config"
+            };
             return Err(corrupt(format!(
-                "Config.Labels is {}, not an object; not rewritten",
-                json_type(other)
-            )))
+                "{field} is {}, not an object; not rewritten",
+                value.name()
+            )));
+        }
+        Err(e) => return Err(scan_error(e)),
+    };
+    let label = |key: &str| -> Result<Option<(jsonspan::Span, String)>, StoreError> {
+        match labels.get_string(key).map_err(scan_error)? {
+            Some(m) => Ok(Some((m.value.clone(), text(m)?))),
+            None => Ok(None),
         }
     };
-    match labels.get(DOCKER_TYPE_LABEL) {
-            Some(serde_json::Value::String(t)) if t == "container" => {}
-            Some(serde_json::Value::String(t)) if t == "podsandbox" => {
-                return Err(StoreError::Refused(format!(
-                    "{location}: {} is a pod sandbox; sandboxes carry no container hash",
-                    rw.id
-                )))
-            }
-            Some(other) => {
-                return Err(corrupt(format!(
-                    "label {DOCKER_TYPE_LABEL} is {other}, not \"container\"; not rewritten"
-                )))
-            }
-            None => {
-                return Err(StoreError::Refused(format!(
-                    "{location}: has no {DOCKER_TYPE_LABEL} label: not created by dockershim or cri-dockerd; never touched"
-                )))
-            }
-        }
-    let mut wanted: Vec<(&str, &str)> = Vec::new();
-    match labels.get(HASH_LABEL) {
-        Some(serde_json::Value::String(old)) if *old != new_hash => {
-            wanted.push((HASH_LABEL, &new_hash));
-        }
-        Some(serde_json::Value::String(_)) => {}
-        Some(other) => {
-            return Err(corrupt(format!(
-                "label {HASH_LABEL} is {}, not a string; not rewritten",
-                json_type(other)
+    match label(DOCKER_TYPE_LABEL)? {
+        Some((_, t)) if t == "container" => {}
+        Some((_, t)) if t == "podsandbox" => {
+            return Err(StoreError::Refused(format!(
+                "{location}: {} is a pod sandbox; sandboxes carry no container hash",
+                rw.id
             )))
         }
+        Some((_, t)) => {
+            return Err(corrupt(format!(
+                "label {DOCKER_TYPE_LABEL} is {t:?}, not \"container\"; not rewritten"
+            )))
+        }
+        None => {
+            return Err(StoreError::Refused(format!(
+                "{location}: has no {DOCKER_TYPE_LABEL} label: not created by dockershim or cri-dockerd; never touched"
+            )))
+        }
+    }
+    let mut wanted: Vec<(jsonspan::Span, String, &str)> = Vec::new();
+    match label(HASH_LABEL)? {
+        Some((span, old)) if old != new_hash => wanted.push((span, old, &new_hash)),
+        Some(_) => {}
         None => return Err(corrupt(format!("has no {HASH_LABEL} label; not rewritten"))),
     }
     if let Some(new_hwr) = &new_hwr {
-        match labels.get(HASH_WITHOUT_RESOURCES_LABEL) {
-            Some(serde_json::Value::String(old)) if old != new_hwr => {
-                wanted.push((HASH_WITHOUT_RESOURCES_LABEL, new_hwr));
-            }
-            Some(serde_json::Value::String(_)) => {}
-            Some(other) => {
-                return Err(corrupt(format!(
-                    "label {HASH_WITHOUT_RESOURCES_LABEL} is {}, not a string; not rewritten",
-                    json_type(other)
-                )))
-            }
+        match label(HASH_WITHOUT_RESOURCES_LABEL)? {
+            Some((span, old)) if old != *new_hwr => wanted.push((span, old, new_hwr)),
+            Some(_) => {}
             // The kubelet's feature gate decided not to write it: leave it absent.
             None => {}
         }
@@ -489,35 +502,15 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
     if wanted.is_empty() {
         return Ok(original.to_vec());
     }
-    let scan_error = |e: jsonspan::SpanError| corrupt(format!("{e}; not rewritten"));
-    let labels_obj = jsonspan::object_path(original, &["Config", "Labels"])
-        .map_err(scan_error)?
-        .ok_or_else(|| StoreError::Verify {
-            location: location.to_string(),
-            reason: "the byte scanner did not find the Config.Labels the parser saw".into(),
-        })?;
     let mut edits = Vec::with_capacity(wanted.len());
     let mut splices = Vec::with_capacity(wanted.len());
-    for (key, value) in &wanted {
-        let span = labels_obj
-            .get_string(key)
-            .map_err(scan_error)?
-            .ok_or_else(|| StoreError::Verify {
-                location: location.to_string(),
-                reason: format!("the byte scanner did not find label {key} that the parser saw"),
-            })?
-            .value
-            .clone();
-        let old = labels
-            .get(*key)
-            .and_then(|v| v.as_str())
-            .expect("checked above");
+    for (span, old, value) in &wanted {
         splices.push(crate::splice_proof::Spliced {
             span: span.clone(),
             old,
             new: value,
         });
-        edits.push(jsonspan::Edit::string(span, value).map_err(scan_error)?);
+        edits.push(jsonspan::Edit::string(span.clone(), value).map_err(scan_error)?);
     }
     let new = jsonspan::splice(original, edits).map_err(scan_error)?;
     // Proved at the byte level (no second parse): only the label values changed.
@@ -528,17 +521,6 @@ pub fn edit_config(original: &[u8], rw: &Rewrite, location: &str) -> Result<Vec<
         ),
     })?;
     Ok(new)
-}
-
-fn json_type(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
 }
 
 impl RuntimeStore for DockerStore {
@@ -611,35 +593,68 @@ impl RuntimeStore for DockerStore {
         self.read_back_labels(ids)
     }
 
+    /// Reads, edits and proves the files a wave of [`APPLY_WAVE`] at a time: each wave's
+    /// originals go into the backup's pack and its new bytes into temp files beside their
+    /// targets, then the wave's bytes are dropped, so memory does not grow with the node. Only
+    /// when every file is planned and staged does the backup commit (one flush for the copies
+    /// and the staged files), and only then are the files renamed (atomic::StagedBatch).
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
         self.ensure_stopped()?;
         let containers = self.containers_dir()?;
         crate::runtime::validate(rewrites)?;
-        let unique: Vec<&Rewrite> = rewrites.iter().collect();
-        // Read, edit and verify everything before the first write.
-        let plans: Vec<Result<Planned, StoreError>> = unique
-            .par_iter()
-            .map(|rw| self.plan_one(&containers, rw))
-            .collect();
-        let mut planned = Vec::with_capacity(plans.len());
-        for p in plans {
-            planned.push(p?);
-        }
-        let mut outcome = ApplyOutcome::default();
-        let (changed, already): (Vec<Planned>, Vec<Planned>) =
-            planned.into_iter().partition(|p| p.new != p.original);
-        outcome.already = already.into_iter().map(|p| p.id).collect();
-
-        let items: Vec<backup::SaveItem> = changed
+        // Every target resolved first: the file systems to flush are opened before any write.
+        let paths: Vec<PathBuf> = rewrites
             .iter()
-            .map(|p| backup::SaveItem {
-                path: &p.path,
-                original: &p.original,
-                meta: p.meta,
-                new: Some(&p.new),
+            .map(|rw| {
+                check_plain_id(&rw.id)?;
+                Self::config_path(&containers, &rw.id)?
+                    .ok_or_else(|| StoreError::UnknownRecord(rw.id.clone()))
             })
-            .collect();
-        backup.save_many(&items)?;
+            .collect::<Result<_, _>>()?;
+        let path_refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+        let mut outcome = ApplyOutcome::default();
+        let mut batch = atomic::StagedBatch::open(&path_refs)?;
+        // (id, path, sha256 of the new bytes) of every file that changes, in request order
+        let mut changed: Vec<(String, PathBuf, String)> = Vec::new();
+        let mut pack = backup.pack();
+        for wave in rewrites.chunks(APPLY_WAVE) {
+            // (the error of the first failing file in request order, as a serial loop gives)
+            let planned: Vec<Planned> = wave
+                .par_iter()
+                .map(|rw| self.plan_one(&containers, rw))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .collect::<Result<_, _>>()?;
+            let (wave_changed, already): (Vec<Planned>, Vec<Planned>) =
+                planned.into_iter().partition(|p| p.new != p.original);
+            outcome.already.extend(already.into_iter().map(|p| p.id));
+            let items: Vec<backup::SaveItem> = wave_changed
+                .iter()
+                .map(|p| backup::SaveItem {
+                    path: &p.path,
+                    original: &p.original,
+                    meta: p.meta,
+                    new: Some(&p.new),
+                })
+                .collect();
+            let shas = pack.add(&items)?;
+            let reps: Vec<atomic::Replacement> = wave_changed
+                .iter()
+                .map(|p| atomic::Replacement {
+                    path: &p.path,
+                    bytes: &p.new,
+                    meta: p.meta,
+                })
+                .collect();
+            batch.stage(&reps)?;
+            outcome.bytes_written += wave_changed.iter().map(|p| p.new.len() as u64).sum::<u64>();
+            for (p, sha) in wave_changed.into_iter().zip(shas) {
+                changed.push((p.id, p.path, sha.expect("every staged file has new bytes")));
+            }
+        }
+        pack.close()?;
+        // The copies and the staged files made durable by one flush when they share a file
+        // system, then the manifest: the backup is complete before the first rename.
         backup.commit()?;
         if changed.is_empty() {
             backup.finish()?;
@@ -647,34 +662,24 @@ impl RuntimeStore for DockerStore {
         }
         // dockerd must not have come up while we prepared.
         self.ensure_stopped()?;
-        // Stage every new file without a per-file fsync, make them all durable with one
-        // syncfs, rename them over the originals on a pool of I/O threads, syncfs again
-        // (atomic::replace_many). A full disk or an I/O error while staging changes no store
-        // file; all new bytes are durable before the first rename, so any crash leaves every
-        // file either old or new.
-        let reps: Vec<atomic::Replacement> = changed
-            .iter()
-            .map(|p| atomic::Replacement {
-                path: &p.path,
-                bytes: &p.new,
-                meta: p.meta,
-            })
-            .collect();
-        atomic::replace_many(&reps)?;
+        // Renamed over the originals on a pool of I/O threads, then one more syncfs: any crash
+        // leaves every file either old or new.
+        batch.commit()?;
         outcome.files_written = changed.len();
-        outcome.bytes_written = changed.iter().map(|p| p.new.len() as u64).sum();
-        // Read back what we wrote.
-        let mismatched: Vec<String> = changed
-            .par_iter()
-            .filter_map(|p| match atomic::read_regular_nofollow(&p.path) {
-                Ok((b, _)) if b == p.new => None,
-                Ok(_) => Some(format!(
-                    "{}: holds other bytes than written",
-                    p.path.display()
-                )),
-                Err(e) => Some(e.to_string()),
-            })
-            .collect();
+        // Read back what we wrote: every file must hold the bytes the backup recorded as new.
+        let mismatched: Vec<String> = atomic::on_io_threads(|| {
+            changed
+                .par_iter()
+                .filter_map(|(_, path, sha)| match atomic::read_regular_nofollow(path) {
+                    Ok((b, _)) if backup::sha256_hex(&b) == *sha => None,
+                    Ok(_) => Some(format!(
+                        "{}: holds other bytes than written",
+                        path.display()
+                    )),
+                    Err(e) => Some(e.to_string()),
+                })
+                .collect()
+        });
         if !mismatched.is_empty() {
             return Err(StoreError::Corrupt {
                 location: mismatched.join(", "),
@@ -685,10 +690,14 @@ impl RuntimeStore for DockerStore {
             });
         }
         backup.finish()?;
-        outcome.changed = changed.into_iter().map(|p| p.id).collect();
+        outcome.changed = changed.into_iter().map(|(id, _, _)| id).collect();
         Ok(outcome)
     }
 }
+
+/// How many `config.v2.json` files [`DockerStore::apply`] holds in memory at once (original and
+/// new bytes, ~2 KB each on a real node): enough to keep the cores and the I/O threads busy.
+const APPLY_WAVE: usize = 256;
 
 mod readback;
 #[cfg(test)]
