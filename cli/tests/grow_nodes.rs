@@ -219,3 +219,40 @@ fn grow_to_the_nodes_own_count_copies_it_byte_for_byte() {
         );
     }
 }
+
+#[test]
+fn grown_meta_db_of_the_containerd_bench_holds_every_pod_three_times() {
+    use storepatch::containerd::{ContainerdOptions, ContainerdStore, META_DB};
+    use storepatch::{RecordKind, RuntimeStore};
+    let kinds = |root: &Path| {
+        let store = ContainerdStore::with_options(
+            root,
+            ContainerdOptions {
+                socket: Some(root.join("none.sock")),
+            },
+        )
+        .unwrap();
+        let scan = store.scan().unwrap();
+        let n = |k: RecordKind| scan.records.iter().filter(|r| r.kind == k).count();
+        (
+            n(RecordKind::Container),
+            n(RecordKind::Sandbox),
+            scan.records.len(),
+        )
+    };
+    let src = fixture("containerd-1.7").join("var/lib/containerd");
+    let before = kinds(&src);
+    assert!(before.0 > 0 && before.1 > 0);
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("containerd");
+    let db = root.join(META_DB);
+    std::fs::create_dir_all(db.parent().unwrap()).unwrap();
+    let grown = testtools::grow::grow_meta_db(std::fs::read(src.join(META_DB)).unwrap(), 2, false);
+    std::fs::write(&db, grown).unwrap();
+    storepatch::containerd::bolt::testing::assert_bbolt_check(&db);
+    assert_eq!(
+        kinds(&root),
+        (3 * before.0, 3 * before.1, 3 * before.2),
+        "meta.db grown with 2 copies: every container and sandbox three times"
+    );
+}

@@ -59,7 +59,7 @@ struct Group {
     uid: String,
     namespace: String,
     name: String,
-    /// Store ids of its sandboxes and containers, in store order.
+    /// Store ids of its sandboxes and containers, in id order.
     ids: Vec<String>,
     /// How many of `ids` are containers (not sandboxes).
     containers: usize,
@@ -301,10 +301,7 @@ pub fn grow_meta_db(db_bytes: Vec<u8>, copies: usize, synced_freelist: bool) -> 
     let db = Db::from_bytes(db_bytes).expect("a bolt file");
     let mut tree = Tree::read(&db).expect("its tree");
     let recs = containerd_records(&tree).expect("containerd containers");
-    let store = Store {
-        records: recs,
-        order: Vec::new(),
-    };
+    let store = Store { records: recs };
     let groups = store.groups(&[]).expect("pods");
     assert!(
         !groups.is_empty(),
@@ -351,10 +348,8 @@ struct Record {
 }
 
 struct Store {
-    /// id → record
+    /// id → record (in id order: the order a pod's records are cloned in)
     records: BTreeMap<String, Record>,
-    /// ids in store order (Docker: directory order sorted; containerd: key order)
-    order: Vec<String>,
 }
 
 impl Store {
@@ -384,8 +379,7 @@ impl Store {
                 },
             );
         }
-        let order = records.keys().cloned().collect();
-        Ok(Store { records, order })
+        Ok(Store { records })
     }
 
     fn read_containerd(src: &Path) -> Result<Store, String> {
@@ -396,8 +390,7 @@ impl Store {
         .map_err(|e| e.to_string())?;
         let tree = Tree::read(&db).map_err(|e| e.to_string())?;
         let records = containerd_records(&tree)?;
-        let order = records.keys().cloned().collect();
-        Ok(Store { records, order })
+        Ok(Store { records })
     }
 
     /// The pods of the store, each matched to its pods.json item (by uid, or a mirror pod's
@@ -413,12 +406,7 @@ impl Store {
         }
         let mut groups: Vec<Group> = Vec::new();
         let mut at: BTreeMap<String, usize> = BTreeMap::new();
-        let ids: Vec<&String> = if self.order.is_empty() {
-            self.records.keys().collect()
-        } else {
-            self.order.iter().collect()
-        };
-        for id in ids {
+        for id in self.records.keys() {
             let r = &self.records[id];
             let Some(uid) = &r.uid else { continue };
             let gi = *at.entry(uid.clone()).or_insert_with(|| {
@@ -462,17 +450,7 @@ impl Store {
         let to = out.join(DOCKER_ROOT).join("containers");
         for (c, reps) in edits {
             for (old, new) in &c.ids {
-                let (sd, dd) = (from.join(old), to.join(new));
-                std::fs::create_dir(&dd).map_err(|e| format!("{}: {e}", dd.display()))?;
-                copy_perm(&sd, &dd)?;
-                for e in std::fs::read_dir(&sd).map_err(|e| e.to_string())? {
-                    let e = e.map_err(|e| e.to_string())?;
-                    let mut bytes = read(&e.path())?;
-                    apply(&mut bytes, reps);
-                    let dst = dd.join(e.file_name());
-                    std::fs::write(&dst, &bytes).map_err(|e| format!("{}: {e}", dst.display()))?;
-                    copy_perm(&e.path(), &dst)?;
-                }
+                clone_dir(&from.join(old), &to.join(new), reps)?;
             }
         }
         Ok(())
@@ -503,17 +481,7 @@ impl Store {
                 if !sd.is_dir() {
                     continue;
                 }
-                let dd = to_status.join(new);
-                std::fs::create_dir_all(&dd).map_err(|e| format!("{}: {e}", dd.display()))?;
-                copy_perm(&sd, &dd)?;
-                for e in std::fs::read_dir(&sd).map_err(|e| e.to_string())? {
-                    let e = e.map_err(|e| e.to_string())?;
-                    let mut bytes = read(&e.path())?;
-                    apply(&mut bytes, reps);
-                    let dst = dd.join(e.file_name());
-                    std::fs::write(&dst, &bytes).map_err(|e| format!("{}: {e}", dst.display()))?;
-                    copy_perm(&e.path(), &dst)?;
-                }
+                clone_dir(&sd, &to_status.join(new), reps)?;
             }
         }
         if unchanged {
@@ -568,18 +536,29 @@ fn containers_buckets(tree: &mut Tree) -> Vec<(Vec<u8>, &mut Tree)> {
     out
 }
 
+/// The bucket `key` of `t`.
+fn sub<'t>(t: &'t Tree, key: &[u8]) -> Option<&'t Tree> {
+    t.items.iter().find_map(|(k, v)| match v {
+        Item::Bucket { tree, .. } if k == key => Some(tree),
+        _ => None,
+    })
+}
+
 fn containerd_records(tree: &Tree) -> Result<BTreeMap<String, Record>, String> {
-    let mut tree = tree.clone();
     let mut out = BTreeMap::new();
-    for (_, ctrs) in containers_buckets(&mut tree) {
+    let namespaces = sub(tree, b"v1").map_or(&[][..], |v1| &v1.items[..]);
+    for (_, ns) in namespaces {
+        let Item::Bucket { tree: ns, .. } = ns else {
+            continue;
+        };
+        let Some(ctrs) = sub(ns, b"containers") else {
+            continue;
+        };
         for (id, item) in &ctrs.items {
             let Item::Bucket { tree: c, .. } = item else {
                 continue;
             };
-            let labels = c.items.iter().find_map(|(k, v)| match v {
-                Item::Bucket { tree, .. } if k == b"labels" => Some(tree),
-                _ => None,
-            });
+            let labels = sub(c, b"labels");
             let label = |key: &[u8]| {
                 labels.and_then(|l| {
                     l.items.iter().find_map(|(k, v)| match v {
@@ -856,6 +835,26 @@ fn read(p: &Path) -> Result<Vec<u8>, String> {
 fn copy_perm(from: &Path, to: &Path) -> Result<(), String> {
     let m = std::fs::metadata(from).map_err(|e| format!("{}: {e}", from.display()))?;
     std::fs::set_permissions(to, m.permissions()).map_err(|e| format!("{}: {e}", to.display()))
+}
+
+/// A record's directory `from` copied to `to` (a new directory, modes kept), its files with
+/// the clone's replacements applied (subdirectories copied as they are).
+fn clone_dir(from: &Path, to: &Path, reps: &[Replace]) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    copy_perm(from, to)?;
+    for e in std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))? {
+        let e = e.map_err(|e| e.to_string())?;
+        let dst = to.join(e.file_name());
+        if e.file_type().map_err(|e| e.to_string())?.is_dir() {
+            copy_tree(&e.path(), &dst, &|_| false)?;
+            continue;
+        }
+        let mut bytes = read(&e.path())?;
+        apply(&mut bytes, reps);
+        std::fs::write(&dst, &bytes).map_err(|e| format!("{}: {e}", dst.display()))?;
+        copy_perm(&e.path(), &dst)?;
+    }
+    Ok(())
 }
 
 /// Copies the tree `from` to `to` (modes kept), leaving out what `skip` names.
