@@ -6,6 +6,20 @@
 #   sudo scripts/bench-node.sh [PAIRS]        (default 5; at least 5 for figures worth quoting)
 #   BIN_BEFORE=/path/to/older/kubelet-rehash sudo scripts/bench-node.sh    (also time that one)
 #
+# Environment (all optional):
+#   NODES="docker-20.10 containerd-1.7"   which of the two large nodes (default both)
+#   AB=1          the A/B part below: interleaved pairs against the references (0 skips it)
+#   SCALE=1       the scaling part: `patch` on the node grown or shrunk to each of SIZES
+#                 containers (0 skips it)
+#   SIZES="500 2000 10000"   containers per scaling point; 2000 is the real node itself, any
+#                 other size is made from it by testtools' grow-node (whole pods cloned under
+#                 new ids, pod uids and names, or a prefix of its pods kept; see
+#                 testtools/src/grow.rs); a size with an `r` suffix (e.g. 2000r) is rewritten
+#                 the way a grown one is (containerd: a bulk-written meta.db) even at the node's
+#                 own count, for a like-for-like point
+#   SCALE_RUNS=3  runs per scaling point (medians)
+#   BIN_BEFORE    as above: the scaling part then runs that build too, in the same rounds
+#
 # Everything timed runs on a journaled ext4 file system the script makes in a file and
 # loop-mounts (the root file system of a build VM is often ext4 without a journal, where
 # creating files shortly after mass deletes stalls in the kernel and `cp` timings scatter over
@@ -21,14 +35,28 @@
 #   >= 1.7 opens it; also our backup + apply alone against Go's transaction alone.
 # * Peak RSS (`/usr/bin/time -v`) of `patch` against the size of the store's files, and the
 #   bytes the backup wrote.
+#
+# The scaling part (issue 16: "also at 500, 2,000 and 10,000 containers, grown from the real
+# nodes, to show linear cost"; "peak RSS of patch <= 1.0x the store size, and flat per
+# container from 2,000 to 10,000") times `patch` alone at each size on the same journaled
+# mount (setup untimed: grow, fresh copy, sync, settle), and prints per size: wall, CPU,
+# peak RSS, RSS / store size, ms of CPU (and wall) per container, KB of RSS per container above
+# the binary's own baseline (peak RSS of `kubelet-rehash --version`), and between consecutive
+# sizes the marginal cost: CPU ms and RSS KB per added container. Linear cost reads as a
+# constant ms/container; bounded memory as a marginal RSS/container near 0.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 here="$PWD"
 pairs="${1:-5}"
+nodes="${NODES:-docker-20.10 containerd-1.7}"
+sizes="${SIZES:-500 2000 10000}"
+scale_runs="${SCALE_RUNS:-3}"
 [ "$(id -u)" = 0 ] || { echo "bench-node.sh: needs root (mkfs + loop mount)" >&2; exit 2; }
 [ -x /usr/bin/time ] || { echo "bench-node.sh: needs /usr/bin/time (Debian package time)" >&2; exit 2; }
 
 cargo build --release -q -p kubelet-rehash
+[ "${SCALE:-1}" = 1 ] && cargo build --release -q -p testtools --bin grow-node
+grower="${CARGO_TARGET_DIR:-$here/target}/release/grow-node"
 bin="${CARGO_TARGET_DIR:-$here/target}/release/kubelet-rehash"
 bins=("$bin")
 names=(after)
@@ -46,12 +74,12 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-truncate -s 2G "$work/fs.img"
+truncate -s 4G "$work/fs.img"
 mkfs.ext4 -q -F -O has_journal "$work/fs.img"
 mkdir -p "$mnt"
 mount -o loop "$work/fs.img" "$mnt"
 dumpe2fs -h "$work/fs.img" 2>/dev/null | grep -q 'features:.*has_journal' || { echo "bench-node.sh: the file system has no journal" >&2; exit 1; }
-echo "journaled ext4 on $(findmnt -n -o SOURCE "$mnt"); $pairs pairs; load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+echo "journaled ext4 on $(findmnt -n -o SOURCE "$mnt"); nodes: $nodes; A/B ${AB:-1} ($pairs pairs), scaling ${SCALE:-1} (sizes $sizes, $scale_runs runs each); load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.1f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
@@ -68,14 +96,20 @@ timed() {
 }
 col() { awk -v c="$1" '{print $c}' "$2" | median; }
 
-for node in docker-20.10 containerd-1.7; do
+# node_files NODE: sets root, flags, files (what the store size counts) for that node
+node_files() {
+    case "$1" in
+        containerd*) root=var/lib/containerd; flags=(--root "$root"); files="$root/io.containerd.metadata.v1.bolt/meta.db";;
+        docker*) root=var/lib/docker; flags=(--root "$root" --live-restore true); files="$root/containers";;
+        *) echo "bench-node.sh: unknown node $1 (docker-20.10 or containerd-1.7)" >&2; exit 2;;
+    esac
+}
+
+[ "${AB:-1}" = 1 ] && for node in $nodes; do
     pristine="$mnt/pristine-$node"
     mkdir -p "$pristine"
     tar -xzf "fixtures/nodes-large/$node-large.tar.gz" -C "$pristine"
-    case "$node" in
-        containerd*) root=var/lib/containerd; flags=(--root "$root"); files="$root/io.containerd.metadata.v1.bolt/meta.db";;
-        docker*) root=var/lib/docker; flags=(--root "$root" --live-restore true); files="$root/containers";;
-    esac
+    node_files "$node"
     store_bytes=$(du -sb --apparent-size "$pristine/$files" | cut -f1)
     common=(--pods pods.json --to 1.31 "${flags[@]}" --runtime-socket "$work/none.sock" --runtime-pidfile "$work/none.pid")
     if [ "$node" = containerd-1.7 ]; then
@@ -145,4 +179,53 @@ EOF
     rm -f "$work/hashes.txt"
     rm -rf "$pristine" "$mnt/n" "$mnt/copy" "$mnt/backup"
 done
+
+# ---- scaling: patch alone at each size -------------------------------------------------------
+if [ "${SCALE:-1}" = 1 ]; then
+    /usr/bin/time -v -o "$work/time.txt" "$bin" --version > /dev/null
+    base_kb=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$work/time.txt")
+    echo "== scaling: patch at $sizes containers; $scale_runs runs each, medians; baseline RSS ($(basename "$bin") --version) $base_kb KB; load $(cut -d' ' -f1-3 /proc/loadavg)"
+    for node in $nodes; do
+        node_files "$node"
+        common=(--pods pods.json --to 1.31 "${flags[@]}" --runtime-socket "$work/none.sock" --runtime-pidfile "$work/none.pid")
+        real="$mnt/real-$node"
+        mkdir -p "$real"
+        tar -xzf "fixtures/nodes-large/$node-large.tar.gz" -C "$real"
+        : > "$work/scale-$node.txt"
+        for size in $sizes; do
+            n="${size%r}"
+            extra=()
+            [ "$n" != "$size" ] && extra=(--rebuild)
+            pristine="$mnt/scale-$node-$size"
+            "$grower" "$real" "$pristine" "$n" "${extra[@]}" > "$work/grow.txt"
+            store_bytes=$(du -sb --apparent-size "$pristine/$files" | cut -f1)
+            for v in "${!bins[@]}"; do : > "$work/scale-run-$v.txt"; done
+            for i in $(seq "$scale_runs"); do
+                for v in "${!bins[@]}"; do
+                    rm -rf "$mnt/n" "$mnt/backup"; cp -a "$pristine" "$mnt/n"; settle
+                    cd "$mnt/n"
+                    timed "${bins[$v]}" patch "${common[@]}" --backup-dir "$mnt/backup" -o json >> "$work/scale-run-$v.txt"
+                    cd "$here"
+                done
+            done
+            for v in "${!bins[@]}"; do
+                echo "$size $n $store_bytes ${names[$v]} $(col 1 "$work/scale-run-$v.txt") $(col 3 "$work/scale-run-$v.txt") $(col 2 "$work/scale-run-$v.txt")" >> "$work/scale-$node.txt"
+            done
+            rm -rf "$pristine" "$mnt/n" "$mnt/backup"
+        done
+        rm -rf "$real"
+        echo "-- $node-large, patch (wall is noisy under load: read CPU and RSS)"
+        for v in "${!bins[@]}"; do
+            awk -v name="${names[$v]}" -v base="$base_kb" '
+                $4 == name {
+                    n = $2; wall = $5; cpu = $6; rss = $7; store = $3
+                    printf "   %-5s %-6s %6d ctrs: wall %6d ms, CPU %6d ms, peak RSS %7.1f MB = %.2f× store (%.1f MB, %.1f KB/ctr); %.3f ms CPU/ctr (%.3f wall), %.1f KB RSS/ctr above baseline",
+                        name, $1, n, wall, cpu, rss / 1024, rss * 1024 / store, store / 1e6, store / n / 1024, cpu / n, wall / n, (rss - base) / n
+                    if (seen && n != pn) printf "; marginal from %d: %.3f ms CPU/ctr, %.1f KB RSS/ctr", pn, (cpu - pc) / (n - pn), (rss - pr) / (n - pn)
+                    printf "\n"
+                    seen = 1; pn = n; pc = cpu; pr = rss
+                }' "$work/scale-$node.txt"
+        done
+    done
+fi
 echo "load at the end $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,7 +1,8 @@
 //! containerd back-end benchmark: scan + rewrite every container hash in ONE bolt
 //! transaction, on (a) the real 2,000-container meta.db (containerd 1.6.20) and (b) that file
-//! grown to 10,000 CRI containers (every container cloned 4 times under new ids, bulk-loaded
-//! into a fresh bolt file at 70 % page fill, in both freelist layouts).
+//! grown to 10,000 CRI containers (every pod, sandbox and containers, cloned 4 times under new
+//! ids by testtools::grow, bulk-loaded into a fresh bolt file at 70 % page fill, in both freelist
+//! layouts).
 //!
 //! Reference (issue 4): Go bbolt doing the same rewrite of the 2,000-container real file, one
 //! transaction with fsync: median 0.30 s; the file grew from 42 MB to 78 MB.
@@ -12,9 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use storepatch::backup::Backup;
-use storepatch::containerd::bolt::build::{self, Item, Tree};
-use storepatch::containerd::bolt::Db;
-use storepatch::containerd::{cri, ApplyStats, ContainerdOptions, ContainerdStore, META_DB};
+use storepatch::containerd::{ApplyStats, ContainerdOptions, ContainerdStore, META_DB};
 use storepatch::{RecordKind, Rewrite, RuntimeStore};
 
 fn fixture(p: &str) -> PathBuf {
@@ -33,70 +32,11 @@ fn gunzip(p: &Path) -> Vec<u8> {
     out.stdout
 }
 
-/// Clones every CRI container of `v1/k8s.io/containers` `copies` times under new ids.
+/// The real file grown by cloning every pod (sandbox and containers, under new ids, pod uids
+/// and names) `copies` times, bulk-written in the given freelist layout: the node grower of
+/// scripts/bench-node.sh's scaling runs (testtools::grow), on meta.db alone.
 fn grow(db_bytes: Vec<u8>, copies: usize, synced: bool) -> Vec<u8> {
-    let db = Db::from_bytes(db_bytes).unwrap();
-    let mut tree = Tree::read(&db).unwrap();
-    let ctrs = tree.bucket_mut(&[b"v1", b"k8s.io", b"containers"]).unwrap();
-    let mut new_items = Vec::new();
-    let mut taken: std::collections::BTreeSet<Vec<u8>> =
-        ctrs.items.iter().map(|(k, _)| k.clone()).collect();
-    for (id, item) in &ctrs.items {
-        let Item::Bucket { tree: c, .. } = item else {
-            continue;
-        };
-        let is_cri = c.items.iter().any(|(k, v)| {
-            k == b"extensions"
-                && matches!(v, Item::Bucket { tree, .. } if tree.items.iter().any(|(k, _)| k == cri::CONTAINER_EXT.as_bytes()))
-        });
-        if !is_cri {
-            continue;
-        }
-        for n in 1..=copies {
-            let idstr = String::from_utf8_lossy(id).into_owned();
-            let mut salt = n as u64;
-            let new_id = loop {
-                let cand = format!(
-                    "{:08x}{}",
-                    (salt.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32,
-                    &idstr[8..]
-                );
-                if taken.insert(cand.clone().into_bytes()) {
-                    break cand;
-                }
-                salt += 1000;
-            };
-            let mut item = item.clone();
-            if let Item::Bucket { tree: c, .. } = &mut item {
-                // the metadata's own ID and the snapshot key follow the new id (same length)
-                replace_in(c, id, new_id.as_bytes());
-            }
-            new_items.push((new_id.into_bytes(), item));
-        }
-    }
-    ctrs.items.extend(new_items);
-    let ids: std::collections::BTreeSet<_> = ctrs.items.iter().map(|(k, _)| k.clone()).collect();
-    assert_eq!(ids.len(), ctrs.items.len(), "unique ids");
-    build::build(&tree, 4096, 0.7, synced)
-}
-
-fn replace_in(t: &mut Tree, from: &[u8], to: &[u8]) {
-    for (_, item) in &mut t.items {
-        match item {
-            Item::Value(v) => {
-                let mut i = 0;
-                while i + from.len() <= v.len() {
-                    if &v[i..i + from.len()] == from {
-                        v[i..i + from.len()].copy_from_slice(to);
-                        i += from.len();
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
-            Item::Bucket { tree, .. } => replace_in(tree, from, to),
-        }
-    }
+    testtools::grow::grow_meta_db(db_bytes, copies, synced)
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

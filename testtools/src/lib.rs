@@ -17,6 +17,7 @@ pub mod cri;
 pub mod cri_dockerd;
 pub mod crio;
 pub mod docker;
+pub mod grow;
 pub mod kubelet;
 pub mod node_tree;
 
