@@ -397,8 +397,8 @@ impl Sweep {
     }
 
     /// Before the manifest exists no store file may have changed. Staged temp files may lie
-    /// beside them (Docker stages its new files before the backup commits, so that one flush
-    /// makes both durable); dockerd never reads them, and the recovery and
+    /// beside them (Docker and CRI-O stage their new files before the backup commits, so that
+    /// one flush makes both durable); the runtimes never read them, and the recovery and
     /// rerun that follow must leave none (checked by `check_reference`).
     fn no_manifest_no_write(&self, bk: &Path, state: State, at: &str) {
         if !bk.join("manifest.json").exists() {

@@ -465,6 +465,17 @@ impl StagedBatch {
     /// On an error the files of this call are removed (earlier ones stay staged until the
     /// batch is dropped).
     pub fn stage(&mut self, files: &[Replacement<'_>]) -> Result<(), StoreError> {
+        let last = self.waves.len() - 1;
+        self.stage_in_wave(last, files)
+    }
+
+    /// [`StagedBatch::stage`] into rename wave `wave` (0 first; waves up to it are created):
+    /// for a caller that produces the files of several waves together.
+    pub fn stage_in_wave(
+        &mut self,
+        wave: usize,
+        files: &[Replacement<'_>],
+    ) -> Result<(), StoreError> {
         use rayon::prelude::*;
         let staged = on_io_threads(|| {
             files
@@ -483,10 +494,10 @@ impl StagedBatch {
                 s.path().display()
             )));
         }
-        self.waves
-            .last_mut()
-            .expect("a batch has a wave")
-            .extend(staged);
+        if self.waves.len() <= wave {
+            self.waves.resize_with(wave + 1, Vec::new);
+        }
+        self.waves[wave].extend(staged);
         self.synced = false;
         Ok(())
     }

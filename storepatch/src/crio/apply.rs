@@ -1,6 +1,6 @@
-//! Applying rewrites: every file is read, edited and proven first (nothing is written on any
-//! error), backed up durably, then replaced atomically, runroot copies before graphroot ones,
-//! and read back.
+//! Applying rewrites: every file is read, edited and proven first (nothing of the store is
+//! written on any error), backed up durably, then replaced atomically, runroot copies before
+//! graphroot ones, and read back; a wave of containers at a time in memory.
 
 use super::classify::analyse;
 use super::edit::{apply_edit, verify_edit};
@@ -23,6 +23,16 @@ struct PlannedFile {
     runroot: bool,
 }
 
+/// The files of one rewrite ([`CrioStore::locate`]).
+struct Located {
+    graph: PathBuf,
+    run: Option<PathBuf>,
+}
+
+/// How many containers [`CrioStore::apply_rewrites`] holds in memory at once (each up to two
+/// config.json copies, original and new).
+const APPLY_WAVE: usize = 128;
+
 impl CrioStore {
     /// [`crate::RuntimeStore::apply`] once the running check and the rewrites' validation
     /// passed.
@@ -31,88 +41,120 @@ impl CrioStore {
         rewrites: &[Rewrite],
         backup: &mut Backup,
     ) -> Result<ApplyOutcome, StoreError> {
-        // Phase 1: read, edit and prove every file; nothing is written on any error. Files are
-        // planned in parallel; the first error in `rewrites` order is reported, as a
-        // one-by-one plan would.
-        let plans: Vec<Result<Vec<PlannedFile>, StoreError>> = rewrites
-            .par_iter()
-            .map(|rw| self.plan_rewrite(rw))
-            .collect();
-        let mut outcome = ApplyOutcome::default();
-        let mut writes: Vec<PlannedFile> = Vec::new();
-        for (rw, files) in rewrites.iter().zip(plans) {
-            let changes: Vec<PlannedFile> =
-                files?.into_iter().filter(|f| f.new != f.original).collect();
-            if changes.is_empty() {
-                outcome.already.push(rw.id.clone());
-            } else {
-                outcome.changed.push(rw.id.clone());
-                writes.extend(changes);
-            }
-        }
-
-        // Phase 2: back up every file, durably, before the first write.
-        let items: Vec<backup::SaveItem> = writes
+        // Phase 0: where every file is (the file systems to flush are opened before any write).
+        let located: Vec<Located> = rewrites
             .iter()
-            .map(|f| backup::SaveItem {
-                path: &f.path,
-                original: &f.original,
-                meta: f.meta,
-                new: Some(&f.new),
-            })
+            .map(|rw| self.locate(rw))
+            .collect::<Result<_, _>>()?;
+        let paths: Vec<&Path> = located
+            .iter()
+            .flat_map(|l| std::iter::once(l.graph.as_path()).chain(l.run.as_deref()))
             .collect();
+        let mut batch = atomic::StagedBatch::open(&paths)?;
         if let Some(runroot) = &self.runroot {
             backup.add_root(runroot);
         }
-        backup.save_many(&items)?;
-        backup.commit()?;
-
-        // Phase 3: stage every new file without a per-file fsync (a full disk fails here and
-        // changes nothing), make them all durable with one syncfs per file system, rename them
-        // on a pool of I/O threads, syncfs again (atomic::replace_many_in_waves). Every new
-        // byte is durable before the first rename, so a crash leaves each file old or new.
-        // runc reads the runroot copy only at create time: every runroot copy is renamed
-        // before the first graphroot copy, so the authoritative graphroot copies are the last
-        // to change.
-        let mut run_wave = Vec::new();
-        let mut graph_wave = Vec::new();
-        for f in &writes {
-            let r = atomic::Replacement {
-                path: &f.path,
-                bytes: &f.new,
-                meta: f.meta,
-            };
-            if f.runroot {
-                run_wave.push(r);
-            } else {
-                graph_wave.push(r);
+        // Phase 1, a wave of APPLY_WAVE containers at a time: read, edit and prove each file
+        // (the first error in `rewrites` order is reported, as a one-by-one plan would), copy
+        // the originals into the backup's pack, stage the new bytes beside their targets, and
+        // drop the wave's bytes. Nothing of the store is written on any error.
+        let mut outcome = ApplyOutcome::default();
+        let mut written: Vec<(PathBuf, String, u64)> = Vec::new();
+        let mut pack = backup.pack();
+        for (wave, wave_located) in rewrites.chunks(APPLY_WAVE).zip(located.chunks(APPLY_WAVE)) {
+            let plans: Vec<Result<Vec<PlannedFile>, StoreError>> = wave
+                .par_iter()
+                .zip(wave_located)
+                .map(|(rw, at)| self.plan_rewrite(rw, at))
+                .collect();
+            let mut writes: Vec<PlannedFile> = Vec::new();
+            for (rw, files) in wave.iter().zip(plans) {
+                let changes: Vec<PlannedFile> =
+                    files?.into_iter().filter(|f| f.new != f.original).collect();
+                if changes.is_empty() {
+                    outcome.already.push(rw.id.clone());
+                } else {
+                    outcome.changed.push(rw.id.clone());
+                    writes.extend(changes);
+                }
+            }
+            let items: Vec<backup::SaveItem> = writes
+                .iter()
+                .map(|f| backup::SaveItem {
+                    path: &f.path,
+                    original: &f.original,
+                    meta: f.meta,
+                    new: Some(&f.new),
+                })
+                .collect();
+            let shas = pack.add(&items)?;
+            // runc reads the runroot copy only at create time: every runroot copy is renamed
+            // (wave 0) before the first graphroot copy (wave 1), so the authoritative graphroot
+            // copies are the last to change.
+            for (wave_index, runroot) in [(0, true), (1, false)] {
+                let reps: Vec<atomic::Replacement> = writes
+                    .iter()
+                    .filter(|f| f.runroot == runroot)
+                    .map(|f| atomic::Replacement {
+                        path: &f.path,
+                        bytes: &f.new,
+                        meta: f.meta,
+                    })
+                    .collect();
+                batch.stage_in_wave(wave_index, &reps)?;
+            }
+            for (f, sha) in writes.into_iter().zip(shas) {
+                let len = f.new.len() as u64;
+                written.push((f.path, sha.expect("every staged file has new bytes"), len));
             }
         }
-        atomic::replace_many_in_waves(&[&run_wave, &graph_wave])?;
+        pack.close()?;
+        // Phase 2: the copies and the staged files made durable (one flush when they share a
+        // file system), then the manifest, before the first rename.
+        backup.commit()?;
 
-        // Phase 4: re-read what was written.
-        let reread: Vec<Result<(), StoreError>> = writes
-            .par_iter()
-            .map(|f| {
-                let (now, _) = atomic::read_regular_nofollow(&f.path)?;
-                if now != f.new {
-                    return Err(StoreError::Verify {
-                        location: f.path.display().to_string(),
-                        reason: "the file does not hold the bytes just written".into(),
-                    });
-                }
-                Ok(())
-            })
-            .collect();
+        // Phase 3: the renames, wave after wave on a pool of I/O threads, then syncfs
+        // (atomic::StagedBatch). Every new byte is durable before the first rename, so a crash
+        // leaves each file old or new.
+        if !batch.is_empty() {
+            batch.commit()?;
+        }
+
+        // Phase 4: re-read what was written: each file holds the bytes the backup recorded.
+        let reread: Vec<Result<(), StoreError>> = atomic::on_io_threads(|| {
+            written
+                .par_iter()
+                .map(|(path, sha, _)| {
+                    let (now, _) = atomic::read_regular_nofollow(path)?;
+                    if backup::sha256_hex(&now) != *sha {
+                        return Err(StoreError::Verify {
+                            location: path.display().to_string(),
+                            reason: "the file does not hold the bytes just written".into(),
+                        });
+                    }
+                    Ok(())
+                })
+                .collect()
+        });
         reread.into_iter().collect::<Result<(), _>>()?;
-        let written: HashMap<&Path, u64> = writes
+        let sizes: HashMap<&Path, u64> = written
             .iter()
-            .map(|f| (f.path.as_path(), f.new.len() as u64))
+            .map(|(path, _, len)| (path.as_path(), *len))
             .collect();
-        outcome.files_written = written.len();
-        outcome.bytes_written = written.values().sum();
+        outcome.files_written = sizes.len();
+        outcome.bytes_written = sizes.values().sum();
         backup.finish()?;
         Ok(outcome)
+    }
+
+    /// Where the files of one rewrite are: the graphroot copy, checked to stay inside the
+    /// graphroot, and the runroot copy when there is one.
+    fn locate(&self, rw: &Rewrite) -> Result<Located, StoreError> {
+        let dir = self.find_container_dir(&rw.id)?;
+        let graph = dir.join("userdata").join("config.json");
+        check_components(&self.graphroot, &graph)?;
+        let run = self.runroot_config(&dir)?;
+        Ok(Located { graph, run })
     }
 
     /// Reads, analyses and edits one config.json (graphroot or runroot copy) for `rw`.
@@ -166,15 +208,12 @@ impl CrioStore {
 
     /// Plans the files of one rewrite: the runroot copy (when it exists) first, then the
     /// graphroot copy, both proven; nothing is written.
-    fn plan_rewrite(&self, rw: &Rewrite) -> Result<Vec<PlannedFile>, StoreError> {
-        let dir = self.find_container_dir(&rw.id)?;
-        let cfg = dir.join("userdata").join("config.json");
-        check_components(&self.graphroot, &cfg)?;
-        let graph = self.plan_file(&cfg, &rw.id, rw)?;
-        let Some(run_cfg) = self.runroot_config(&dir)? else {
+    fn plan_rewrite(&self, rw: &Rewrite, at: &Located) -> Result<Vec<PlannedFile>, StoreError> {
+        let graph = self.plan_file(&at.graph, &rw.id, rw)?;
+        let Some(run_cfg) = &at.run else {
             return Ok(vec![graph]);
         };
-        let mut run = self.plan_file(&run_cfg, &rw.id, rw)?;
+        let mut run = self.plan_file(run_cfg, &rw.id, rw)?;
         let (g, r) = (&graph.record, &run.record);
         if (&g.pod_uid, &g.container, g.attempt) != (&r.pod_uid, &r.container, r.attempt) {
             return Err(StoreError::Corrupt {
