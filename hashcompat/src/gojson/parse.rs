@@ -157,6 +157,11 @@ pub fn parse_streaming<'a>(
 /// Go's `maxNestingDepth`.
 const MAX_DEPTH: usize = 10000;
 
+/// [`Parser::object_with`]'s hook: given the parser at a member's value and the member's key,
+/// the value it parsed itself, or `None`.
+type ValueHook<'h, 'a> =
+    &'h mut dyn FnMut(&mut Parser<'a>, &str) -> Result<Option<Node<'a>>, SyntaxError>;
+
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
@@ -261,135 +266,13 @@ impl<'a> Parser<'a> {
     }
 
     fn array(&mut self) -> Result<NodeValue<'a>, SyntaxError> {
-        self.enter()?;
-        self.i += 1;
         let mut items = Vec::new();
-        self.ws();
-        if self.s.get(self.i) == Some(&b']') {
-            self.i += 1;
-            self.depth -= 1;
-            return Ok(NodeValue::Array(items));
-        }
-        loop {
-            self.ws();
-            items.push(self.value()?);
-            self.ws();
-            match self.s.get(self.i) {
-                Some(b',') => self.i += 1,
-                Some(b']') => {
-                    self.i += 1;
-                    break;
-                }
-                None => return Err(self.err("unexpected end of JSON input")),
-                _ => return Err(self.err("invalid character after array element")),
-            }
-        }
-        self.depth -= 1;
+        self.array_each(&mut |n| items.push(n))?;
         Ok(NodeValue::Array(items))
     }
 
-    fn object(&mut self) -> Result<NodeValue<'a>, SyntaxError> {
-        self.enter()?;
-        self.i += 1;
-        let mut members = Vec::new();
-        self.ws();
-        if self.s.get(self.i) == Some(&b'}') {
-            self.i += 1;
-            self.depth -= 1;
-            return Ok(NodeValue::Object(members));
-        }
-        loop {
-            self.ws();
-            if self.s.get(self.i) != Some(&b'"') {
-                return Err(
-                    self.err("invalid character looking for beginning of object key string")
-                );
-            }
-            let key = self.string()?;
-            self.ws();
-            if self.s.get(self.i) != Some(&b':') {
-                return Err(self.err("invalid character after object key"));
-            }
-            self.i += 1;
-            self.ws();
-            let v = self.value()?;
-            members.push((key, v));
-            self.ws();
-            match self.s.get(self.i) {
-                Some(b',') => self.i += 1,
-                Some(b'}') => {
-                    self.i += 1;
-                    break;
-                }
-                None => return Err(self.err("unexpected end of JSON input")),
-                _ => return Err(self.err("invalid character after object key:value pair")),
-            }
-        }
-        self.depth -= 1;
-        Ok(NodeValue::Object(members))
-    }
-
-    /// [`Parser::object`] for the top level of [`parse_streaming`]: members named `key` whose
-    /// value is an array have their elements handed to `each` one by one.
-    fn object_streaming(
-        &mut self,
-        key: &str,
-        each: &mut dyn FnMut(usize, Node<'a>),
-        members_streamed: &mut usize,
-    ) -> Result<NodeValue<'a>, SyntaxError> {
-        self.enter()?;
-        self.i += 1;
-        let mut members = Vec::new();
-        self.ws();
-        if self.s.get(self.i) == Some(&b'}') {
-            self.i += 1;
-            self.depth -= 1;
-            return Ok(NodeValue::Object(members));
-        }
-        loop {
-            self.ws();
-            if self.s.get(self.i) != Some(&b'"') {
-                return Err(
-                    self.err("invalid character looking for beginning of object key string")
-                );
-            }
-            let name = self.string()?;
-            self.ws();
-            if self.s.get(self.i) != Some(&b':') {
-                return Err(self.err("invalid character after object key"));
-            }
-            self.i += 1;
-            self.ws();
-            let v = if name == key && self.s.get(self.i) == Some(&b'[') {
-                let start = self.i;
-                let occurrence = *members_streamed;
-                *members_streamed += 1;
-                self.array_streaming(&mut |n| each(occurrence, n))?;
-                Node {
-                    raw: &self.s[start..self.i],
-                    value: NodeValue::Array(Vec::new()),
-                }
-            } else {
-                self.value()?
-            };
-            members.push((name, v));
-            self.ws();
-            match self.s.get(self.i) {
-                Some(b',') => self.i += 1,
-                Some(b'}') => {
-                    self.i += 1;
-                    break;
-                }
-                None => return Err(self.err("unexpected end of JSON input")),
-                _ => return Err(self.err("invalid character after object key:value pair")),
-            }
-        }
-        self.depth -= 1;
-        Ok(NodeValue::Object(members))
-    }
-
-    /// [`Parser::array`], handing each element to `each` instead of collecting it.
-    fn array_streaming(&mut self, each: &mut dyn FnMut(Node<'a>)) -> Result<(), SyntaxError> {
+    /// An array's elements, each handed to `each` as soon as it is parsed.
+    fn array_each(&mut self, each: &mut dyn FnMut(Node<'a>)) -> Result<(), SyntaxError> {
         self.enter()?;
         self.i += 1;
         self.ws();
@@ -414,6 +297,79 @@ impl<'a> Parser<'a> {
         }
         self.depth -= 1;
         Ok(())
+    }
+
+    fn object(&mut self) -> Result<NodeValue<'a>, SyntaxError> {
+        self.object_with(&mut |_, _| Ok(None))
+    }
+
+    /// An object's members; `value_of(self, key)` may parse a member's value itself (at the
+    /// value's first byte) and return it, or return `None` to have it parsed as usual.
+    fn object_with(&mut self, value_of: ValueHook<'_, 'a>) -> Result<NodeValue<'a>, SyntaxError> {
+        self.enter()?;
+        self.i += 1;
+        let mut members = Vec::new();
+        self.ws();
+        if self.s.get(self.i) == Some(&b'}') {
+            self.i += 1;
+            self.depth -= 1;
+            return Ok(NodeValue::Object(members));
+        }
+        loop {
+            self.ws();
+            if self.s.get(self.i) != Some(&b'"') {
+                return Err(
+                    self.err("invalid character looking for beginning of object key string")
+                );
+            }
+            let key = self.string()?;
+            self.ws();
+            if self.s.get(self.i) != Some(&b':') {
+                return Err(self.err("invalid character after object key"));
+            }
+            self.i += 1;
+            self.ws();
+            let v = match value_of(self, &key)? {
+                Some(v) => v,
+                None => self.value()?,
+            };
+            members.push((key, v));
+            self.ws();
+            match self.s.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(b'}') => {
+                    self.i += 1;
+                    break;
+                }
+                None => return Err(self.err("unexpected end of JSON input")),
+                _ => return Err(self.err("invalid character after object key:value pair")),
+            }
+        }
+        self.depth -= 1;
+        Ok(NodeValue::Object(members))
+    }
+
+    /// [`Parser::object`] for the top level of [`parse_streaming`]: members named `key` whose
+    /// value is an array have their elements handed to `each` one by one.
+    fn object_streaming(
+        &mut self,
+        key: &str,
+        each: &mut dyn FnMut(usize, Node<'a>),
+        members_streamed: &mut usize,
+    ) -> Result<NodeValue<'a>, SyntaxError> {
+        self.object_with(&mut |p, name| {
+            if name != key || p.s.get(p.i) != Some(&b'[') {
+                return Ok(None);
+            }
+            let start = p.i;
+            let occurrence = *members_streamed;
+            *members_streamed += 1;
+            p.array_each(&mut |n| each(occurrence, n))?;
+            Ok(Some(Node {
+                raw: &p.s[start..p.i],
+                value: NodeValue::Array(Vec::new()),
+            }))
+        })
     }
 
     /// Scans a string starting at the opening quote; returns it decoded like Go's `unquote`.
