@@ -113,13 +113,22 @@ pub struct ApplyStats {
 }
 
 /// One container bucket as found in meta.db.
-struct Found<'a> {
+struct Found {
     ns: String,
     id: String,
-    ext: Option<(&'static str, &'a [u8])>,
+    /// The extension value, copied out of the map: the records are decoded after the walk,
+    /// and reading them through the map would make every page they lie in resident again
+    /// (they are spread over the whole file).
+    ext: Option<(&'static str, Vec<u8>)>,
     ext_problem: Option<String>,
     labels: BTreeMap<String, String>,
     image: Option<String>,
+}
+
+impl Found {
+    fn ext(&self) -> Option<(&'static str, &[u8])> {
+        self.ext.as_ref().map(|(name, v)| (*name, v.as_slice()))
+    }
 }
 
 fn corrupt(path: &Path, e: impl std::fmt::Display) -> StoreError {
@@ -170,7 +179,7 @@ impl Drop for Flocked {
     }
 }
 
-fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found<'a>>, bolt::BoltError> {
+fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found>, bolt::BoltError> {
     let v1 = view
         .bucket(root, b"v1", "bucket v1")?
         .ok_or_else(|| bolt::BoltError::new("bucket v1", "missing: this is not a containerd metadata store (schema v1), or containerd never initialised it"))?;
@@ -236,7 +245,7 @@ fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found<'a>>, bolt::
                                 f.ext_problem =
                                     Some(format!("extension {name} is a bucket, not a value"))
                             }
-                            Some(e) => f.ext = Some((name, e.value)),
+                            Some(e) => f.ext = Some((name, e.value.to_vec())),
                             None => {}
                         }
                     }
@@ -392,12 +401,12 @@ impl ContainerdStore {
         }
     }
 
-    fn record(&self, f: &Found<'_>) -> StoreRecord {
+    fn record(&self, f: &Found) -> StoreRecord {
         let location = format!("{}:v1/{}/containers/{}", self.db_path.display(), f.ns, f.id);
         let mut r = StoreRecord::new(f.id.clone(), RecordKind::NotKubernetes, location);
         r.image = f.image.clone();
         let kind_label = f.labels.get(KIND_LABEL).map(String::as_str);
-        let Some((ext, raw)) = f.ext else {
+        let Some((ext, raw)) = f.ext() else {
             if let Some(p) = &f.ext_problem {
                 r.kind = RecordKind::Undecodable;
                 r.problem = Some(p.clone());
@@ -531,7 +540,7 @@ impl ContainerdStore {
                 }
             };
             let loc = format!("{}:v1/{}/containers/{}", self.db_path.display(), f.ns, f.id);
-            let raw = match f.ext {
+            let raw = match f.ext() {
                 Some((cri::CONTAINER_EXT, raw)) => raw,
                 Some(_) => {
                     return Err(StoreError::Refused(format!(
@@ -581,7 +590,7 @@ impl ContainerdStore {
         // Verify the new tree before a single byte is written.
         let t2 = Instant::now();
         let meta_page = plan.new_meta.encode();
-        let planned = plan.view(&db.data);
+        let planned = plan.view(&db.data).with_residency(db.residency());
         let rep2 = bolt::check::check(&planned, &plan.new_meta);
         if !rep2.is_ok() {
             return Err(StoreError::Verify {
@@ -629,6 +638,8 @@ impl ContainerdStore {
             );
         }
         backup.commit()?;
+        // the backup read its pages straight from the map, not through a view
+        db.release();
         st.t_backup = t3.elapsed();
 
         let t4 = Instant::now();
@@ -665,6 +676,7 @@ impl ContainerdStore {
         } else {
             backup.set_new_sha256(&self.db_path, sha256_hex(&after.data));
         }
+        after.release();
         backup.finish()?;
         st.t_after = t5.elapsed();
 

@@ -106,7 +106,7 @@ impl ContainerdStore {
                 let location =
                     format!("{}:v1/{}/containers/{}", self.db_path.display(), f.ns, f.id);
                 let mut r = StoreRecord::new(f.id.clone(), RecordKind::Container, location);
-                match f.ext {
+                match f.ext() {
                     Some((cri::CONTAINER_EXT, raw)) => match hashes_of(raw) {
                         Ok((h, hwr)) => {
                             r.hash = h;
