@@ -5,6 +5,7 @@
 #
 #   sudo scripts/bench-node.sh [PAIRS]        (default 5; at least 5 for figures worth quoting)
 #   BIN_BEFORE=/path/to/older/kubelet-rehash sudo scripts/bench-node.sh    (also time that one)
+#   NODES=containerd-1.7 sudo scripts/bench-node.sh    (one node only: docker-20.10, containerd-1.7)
 #
 # Everything timed runs on a journaled ext4 file system the script makes in a file and
 # loop-mounts (the root file system of a build VM is often ext4 without a journal, where
@@ -68,7 +69,7 @@ timed() {
 }
 col() { awk -v c="$1" '{print $c}' "$2" | median; }
 
-for node in docker-20.10 containerd-1.7; do
+for node in ${NODES:-docker-20.10 containerd-1.7}; do
     pristine="$mnt/pristine-$node"
     mkdir -p "$pristine"
     tar -xzf "fixtures/nodes-large/$node-large.tar.gz" -C "$pristine"
