@@ -597,6 +597,10 @@ pub struct View<'a> {
     pub page_size: usize,
     /// High-water mark of the transaction viewed: pages at or above it do not exist.
     pub hwm: u64,
+    /// The mapping's residency budget ([`Db::residency`]): file pages this view reads are
+    /// counted against it, and our process's residency of the mapping is dropped each time
+    /// the budget is used up. `None` for bytes we own.
+    pub residency: Option<&'a Residency>,
 }
 
 impl<'a> View<'a> {
@@ -607,7 +611,14 @@ impl<'a> View<'a> {
             overlay: None,
             page_size: meta.page_size as usize,
             hwm: meta.hwm,
+            residency: None,
         }
+    }
+
+    /// This view with its file page reads counted against `residency` (the budget of the
+    /// mapping `data` is part of, [`Db::residency`]).
+    pub fn with_residency(self, residency: Option<&'a Residency>) -> Self {
+        View { residency, ..self }
     }
 
     /// The page `id` with its whole span, bounds-checked against the high-water mark and the file.
@@ -630,7 +641,14 @@ impl<'a> View<'a> {
                     .checked_mul(ps)
                     .filter(|o| o + ps <= self.data.len());
                 match off {
-                    Some(off) => &self.data[off..],
+                    Some(off) => {
+                        if let Some(r) = self.residency {
+                            // the header says how many overflow pages follow; they are
+                            // counted below
+                            r.touch(off, ps);
+                        }
+                        &self.data[off..]
+                    }
                     None => {
                         return Err(BoltError::new(
                             at(),
@@ -667,6 +685,11 @@ impl<'a> View<'a> {
             ));
         }
         let span = span_pages as usize * ps;
+        if let (Some(r), true) = (self.residency, overflow > 0 && buf.len() >= span) {
+            if !self.overlay.is_some_and(|o| o.contains_key(&id)) {
+                r.touch(id as usize * ps, span);
+            }
+        }
         if buf.len() < span {
             return Err(BoltError::new(
                 at(),
@@ -817,12 +840,141 @@ impl std::ops::Deref for Data {
     }
 }
 
+/// How many bytes of a mapped file may be resident in our process ([`Residency`]).
+pub const RESIDENCY_BUDGET: usize = 24 << 20;
+
+/// The unit [`Residency`] counts and drops in: a read fault of a file mapping may map the
+/// whole page-cache folio it hits (ext4 has large folios since Linux 6.16: up to 2 MiB, the
+/// PMD size on x86-64) and, around it, the cached pages of the aligned `fault_around_bytes`
+/// window (64 KiB); so a read anywhere in a granule may make all of it resident.
+pub const RESIDENCY_GRANULE: usize = 2 << 20;
+
+/// A bound on how much of a mapped bolt file stays resident in our process. Every page of a
+/// shared file mapping we read stays mapped (and counted in our RSS) until it is unmapped, so
+/// one walk over a 67 MB meta.db would make it all resident. Instead every
+/// [`RESIDENCY_GRANULE`] a read may have made resident is counted, and when more than the
+/// budget is, `madvise(MADV_DONTNEED)` drops our mapping of the granules not read for the
+/// longest (a clock: a granule read since it was last passed gets a second chance, so the
+/// upper levels of the tree a walk keeps coming back to stay mapped). The pages stay in the
+/// page cache and the next read maps them again, with the same bytes (the mapping is shared
+/// and read-only: there are no private copies to lose). Only a [`Data::Map`] has one; bytes
+/// we own are never advised.
+pub struct Residency {
+    base: *const u8,
+    len: usize,
+    budget: usize,
+    /// granules counted as resident
+    resident: Vec<std::sync::atomic::AtomicU64>,
+    /// granules read since the clock last passed them
+    referenced: Vec<std::sync::atomic::AtomicU64>,
+    /// the resident granules, oldest first
+    clock: std::sync::Mutex<std::collections::VecDeque<usize>>,
+    drops: std::sync::atomic::AtomicUsize,
+}
+
+// SAFETY: the pointer is only passed to madvise, never dereferenced; the rest is atomic or
+// behind a mutex.
+unsafe impl Send for Residency {}
+// SAFETY: as above.
+unsafe impl Sync for Residency {}
+
+impl Residency {
+    fn new(base: *const u8, len: usize, budget: usize) -> Self {
+        let words = || {
+            (0..len.div_ceil(RESIDENCY_GRANULE).div_ceil(64))
+                .map(|_| 0.into())
+                .collect()
+        };
+        Residency {
+            base,
+            len,
+            budget: budget.max(RESIDENCY_GRANULE),
+            resident: words(),
+            referenced: words(),
+            clock: Default::default(),
+            drops: 0.into(),
+        }
+    }
+
+    /// Counts a read of `len` bytes at `off` of the mapping (every granule it may have made
+    /// resident); drops the longest unread granules when more than the budget is resident.
+    pub fn touch(&self, off: usize, len: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.len == 0 {
+            return;
+        }
+        let lo = off.min(self.len - 1) / RESIDENCY_GRANULE;
+        let hi = off.saturating_add(len.max(1) - 1).min(self.len - 1) / RESIDENCY_GRANULE;
+        for g in lo..=hi {
+            let bit = 1u64 << (g % 64);
+            self.referenced[g / 64].fetch_or(bit, Relaxed);
+            if self.resident[g / 64].fetch_or(bit, Relaxed) & bit != 0 {
+                continue;
+            }
+            let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+            clock.push_back(g);
+            let max = self.budget / RESIDENCY_GRANULE;
+            // Never the granule being read (it would be mapped again uncounted); every other
+            // one loses its second chance when passed, so this ends within two rounds.
+            while clock.len() > max {
+                let Some(h) = clock.pop_front() else { break };
+                let hbit = 1u64 << (h % 64);
+                if h == g || self.referenced[h / 64].fetch_and(!hbit, Relaxed) & hbit != 0 {
+                    clock.push_back(h);
+                    continue;
+                }
+                self.resident[h / 64].fetch_and(!hbit, Relaxed);
+                self.advise(h * RESIDENCY_GRANULE, RESIDENCY_GRANULE);
+            }
+        }
+    }
+
+    fn advise(&self, off: usize, len: usize) {
+        let len = len.min(self.len.saturating_sub(off));
+        if len == 0 {
+            return;
+        }
+        // SAFETY: `off..off + len` lies inside a live read-only shared file mapping (owned by
+        // the Db this belongs to), `off` is a multiple of the granule and so page-aligned;
+        // MADV_DONTNEED only unmaps pages, which the next read maps again from the page
+        // cache with the file's bytes.
+        let rc = unsafe {
+            libc::madvise(
+                self.base.add(off) as *mut libc::c_void,
+                len,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc == 0 {
+            self.drops
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Drops our process's residency of the whole mapping now (the page cache keeps it).
+    pub fn release(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        clock.clear();
+        for w in self.resident.iter().chain(&self.referenced) {
+            w.store(0, Relaxed);
+        }
+        self.advise(0, self.len);
+    }
+
+    /// How many granules (or whole-mapping releases) were dropped (for tests and figures).
+    pub fn drops(&self) -> usize {
+        self.drops.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// A bolt file opened for reading: its bytes and the meta bbolt would use.
 pub struct Db {
     /// The file's bytes.
     pub data: Data,
     /// The meta bbolt would use ([`read_meta`]).
     pub meta: Meta,
+    residency: Option<Residency>,
 }
 
 impl Db {
@@ -862,7 +1014,31 @@ impl Db {
     /// Opens the bolt file held in `data` (validates the meta pages only).
     pub fn from_data(data: Data) -> Result<Db, BoltError> {
         let meta = read_meta(&data)?;
-        Ok(Db { data, meta })
+        let residency = match &data {
+            Data::Map(m) if !m.is_empty() => {
+                Some(Residency::new(m.as_ptr(), m.len(), RESIDENCY_BUDGET))
+            }
+            _ => None,
+        };
+        Ok(Db {
+            data,
+            meta,
+            residency,
+        })
+    }
+
+    /// The residency bound of a mapped file (`None` for bytes in memory): views from
+    /// [`Db::view`] count against it; pass it to a plan's view with [`View::with_residency`].
+    pub fn residency(&self) -> Option<&Residency> {
+        self.residency.as_ref()
+    }
+
+    /// Drops our residency of a mapped file now (after reading it other than through a
+    /// view, e.g. hashing byte ranges). No-op for bytes in memory.
+    pub fn release(&self) {
+        if let Some(r) = &self.residency {
+            r.release();
+        }
     }
 
     /// Opens the bolt file held in `bytes`.
@@ -879,7 +1055,7 @@ impl Db {
 
     /// The current transaction's tree.
     pub fn view(&self) -> View<'_> {
-        View::new(&self.data, &self.meta)
+        View::new(&self.data, &self.meta).with_residency(self.residency())
     }
 
     /// The root bucket of the current transaction.
@@ -969,4 +1145,71 @@ fn dump_bucket<'a>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod residency_tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Our resident bytes of the mapping starting at `base` (its `Rss:` in /proc/self/smaps).
+    fn resident(base: *const u8) -> usize {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let start = format!("{:x}-", base as usize);
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+        assert!(lines.next().is_some(), "mapping not found in smaps");
+        let rss = lines.find(|l| l.starts_with("Rss:")).unwrap();
+        rss.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+            * 1024
+    }
+
+    #[test]
+    fn reading_a_mapped_file_keeps_at_most_the_budget_resident_and_the_same_bytes() {
+        let mut f = tempfile::tempfile().unwrap();
+        let len = 8 * RESIDENCY_GRANULE;
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+        f.write_all(&bytes).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: a private temp file nobody else writes.
+        let map = unsafe { memmap2::MmapOptions::new().len(len).map(&f) }.unwrap();
+        let budget = 2 * RESIDENCY_GRANULE;
+        let r = Residency::new(map.as_ptr(), map.len(), budget);
+        let mut peak = 0;
+        let mut sum = 0u64;
+        for off in (0..len).step_by(4096) {
+            r.touch(off, 4096);
+            sum += map[off..off + 4096].iter().map(|b| *b as u64).sum::<u64>();
+            if off % (64 << 10) == 0 {
+                peak = peak.max(resident(map.as_ptr()));
+            }
+        }
+        assert_eq!(
+            sum,
+            bytes.iter().map(|b| *b as u64).sum::<u64>(),
+            "same bytes after drops"
+        );
+        assert!(r.drops() >= 6, "dropped {} granules", r.drops());
+        assert!(
+            peak <= budget,
+            "{peak} bytes of the mapping resident, budget {budget}"
+        );
+        r.release();
+        assert_eq!(resident(map.as_ptr()), 0, "release drops all of it");
+        assert_eq!(
+            &map[..],
+            &bytes[..],
+            "the file's bytes, read again through the map"
+        );
+    }
+
+    #[test]
+    fn bytes_in_memory_have_no_residency_bound() {
+        let db = Db::from_bytes(vec![0; 4096 * 4]);
+        // not a bolt file: no Db; an owned Data never gets a Residency either way
+        assert!(db.is_err() || db.unwrap().residency().is_none());
+    }
 }

@@ -82,6 +82,7 @@ impl Plan {
             overlay: Some(&self.pages),
             page_size: self.new_meta.page_size as usize,
             hwm: self.new_meta.hwm,
+            residency: None,
         }
     }
 
@@ -494,6 +495,33 @@ pub fn commit(file: &File, data: &[u8], plan: &Plan) -> Result<CommitStats, Comm
     commit_with(&mut FileStorage::new(file), data, plan)
 }
 
+/// The largest run of contiguous pages [`commit_with`] copies into one write.
+pub const WRITE_RUN_MAX: usize = 1 << 20;
+
+/// The planned pages as contiguous runs `(first page id, bytes)`, in page order: a page is
+/// appended to the run before it when it follows it directly and the run stays within
+/// [`WRITE_RUN_MAX`] bytes; a page that is a run by itself is borrowed, not copied.
+pub fn write_runs(
+    pages: &BTreeMap<u64, Vec<u8>>,
+    ps: u64,
+) -> impl Iterator<Item = (u64, std::borrow::Cow<'_, [u8]>)> {
+    use std::borrow::Cow;
+    let mut it = pages.iter().peekable();
+    std::iter::from_fn(move || {
+        let (id, first) = it.next()?;
+        let mut run: Cow<'_, [u8]> = Cow::Borrowed(first.as_slice());
+        while let Some((next, buf)) = it.peek() {
+            let follows = *id * ps + run.len() as u64 == **next * ps;
+            if !follows || run.len() + buf.len() > WRITE_RUN_MAX {
+                break;
+            }
+            run.to_mut().extend_from_slice(buf);
+            it.next();
+        }
+        Some((*id, run))
+    })
+}
+
 /// Writes `plan` through `storage` (`data` = the file's current bytes) in bbolt's order:
 /// reserve space, data pages, fdatasync, new meta page, fdatasync, one [`Storage`] call per
 /// durable step. On a failure before the meta is durable, every byte written is put back and
@@ -558,19 +586,14 @@ pub fn commit_with(
         err.needed = Some(reserve);
         return Err(err);
     }
-    // Data pages, in page order, one write per contiguous run.
-    let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
-    for (id, buf) in &plan.pages {
-        match runs.last_mut() {
-            Some((start, b)) if *start * ps + b.len() as u64 == id * ps => b.extend_from_slice(buf),
-            _ => runs.push((*id, buf.clone())),
-        }
-        stats.pages_written += buf.len() as u64 / ps;
-    }
-    for (id, buf) in &runs {
-        if let Err(e) = storage.write(Step::WritePages, id * ps, buf) {
+    // Data pages, in page order, one write per contiguous run of at most WRITE_RUN_MAX
+    // bytes: the pages are written from the plan's buffers, copied only into bounded runs
+    // (never a second copy of the whole transaction in memory).
+    for (id, buf) in write_runs(&plan.pages, ps) {
+        if let Err(e) = storage.write(Step::WritePages, id * ps, &buf) {
             return Err(undo(storage, "writing data pages", e, true));
         }
+        stats.pages_written += buf.len() as u64 / ps;
         stats.bytes_written += buf.len() as u64;
     }
     if let Err(e) = storage.sync_data(Step::SyncPages) {
@@ -594,4 +617,59 @@ pub fn commit_with(
     }
     stats.file_len_after = storage.file_len().unwrap_or(0);
     Ok(stats)
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+
+    /// The commit writes every planned byte at its offset, in runs that never copy more than
+    /// WRITE_RUN_MAX bytes, and a page alone is borrowed from the plan, not copied.
+    #[test]
+    fn write_runs_cover_every_page_once_in_bounded_contiguous_runs() {
+        let ps = 4096u64;
+        let mut pages = BTreeMap::new();
+        let mut id = 2u64;
+        for (i, span) in [1u64, 3, 1, 300, 1, 1].iter().enumerate() {
+            pages.insert(id, vec![i as u8 + 1; (span * ps) as usize]);
+            // a gap after the third span
+            id += span + u64::from(i == 2);
+        }
+        pages.insert(1000, vec![9; ps as usize]);
+        let runs: Vec<_> = write_runs(&pages, ps).collect();
+        let mut expect = Vec::new();
+        for (id, buf) in &pages {
+            expect.extend(
+                buf.iter()
+                    .enumerate()
+                    .map(|(j, b)| (id * ps + j as u64, *b)),
+            );
+        }
+        let got: Vec<(u64, u8)> = runs
+            .iter()
+            .flat_map(|(id, buf)| {
+                buf.iter()
+                    .enumerate()
+                    .map(move |(j, b)| (id * ps + j as u64, *b))
+            })
+            .collect();
+        assert_eq!(
+            got, expect,
+            "every planned byte once, at its offset, in order"
+        );
+        for (_, buf) in &runs {
+            if let std::borrow::Cow::Owned(b) = buf {
+                assert!(
+                    b.len() <= WRITE_RUN_MAX,
+                    "a copied run of {} bytes",
+                    b.len()
+                );
+            }
+        }
+        assert!(
+            matches!(runs.last(), Some((1000, std::borrow::Cow::Borrowed(_)))),
+            "a page alone is written from the plan's buffer"
+        );
+        assert!(runs.len() < pages.len(), "neighbouring pages share a write");
+    }
 }

@@ -1375,3 +1375,76 @@ fn same_key_values_as_go_bbolt_rewrite() {
         );
     }
 }
+
+// ---------------------------------------------------------------- one decode per run
+
+/// The apply reuses the scan's decode of a value only while its bytes are the ones decoded,
+/// and the file it writes is byte for byte the one a decode of its own gives; the read-back
+/// trusts what the apply left only where the file still holds exactly those bytes.
+#[test]
+fn each_value_is_decoded_once_per_run_and_the_read_back_compares_bytes() {
+    let rewrites: Vec<Rewrite> = store_expect()
+        .into_iter()
+        .map(|(id, .., after)| Rewrite {
+            id,
+            hash: after.parse().unwrap(),
+            hash_without_resources: None,
+        })
+        .collect();
+    let ids: Vec<&str> = rewrites.iter().map(|rw| rw.id.as_str()).collect();
+    // scan, then apply: no value decoded again
+    let scanned = Root_::new(&store_before(), &store_status());
+    let store = scanned.store();
+    store.scan().unwrap();
+    let (_d, mut b, _) = new_backup("once");
+    let (out, st) = store.apply_detailed(&rewrites, &mut b).unwrap();
+    assert_eq!(out.changed.len(), rewrites.len());
+    assert_eq!(st.values_decoded, 0, "the scan's decode is reused");
+    // apply without a scan: every value decoded, the same file
+    let fresh = Root_::new(&store_before(), &store_status());
+    let (_d2, mut b2, _) = new_backup("fresh");
+    let (_, st2) = fresh.store().apply_detailed(&rewrites, &mut b2).unwrap();
+    assert_eq!(st2.values_decoded, rewrites.len(), "nothing to reuse");
+    assert_eq!(
+        fs::read(scanned.db()).unwrap(),
+        fs::read(fresh.db()).unwrap(),
+        "reusing the scan's decode writes the very same bytes"
+    );
+    // the read-back of what the apply left
+    let back = by_id(&store.read_back(&ids).unwrap());
+    for rw in &rewrites {
+        assert_eq!(back[&rw.id].hash, Some(rw.hash.to_string()), "{}", rw.id);
+    }
+    // another run rewrites the same file behind this store's back: its read-back must see
+    // that run's hashes, not what this store wrote
+    let other: Vec<Rewrite> = rewrites
+        .iter()
+        .map(|rw| Rewrite {
+            hash: "1234abcd".parse().unwrap(),
+            ..rw.clone()
+        })
+        .collect();
+    let store = scanned.store();
+    store.scan().unwrap();
+    let (_d3, mut b3, _) = new_backup("again");
+    store.apply_detailed(&rewrites, &mut b3).unwrap(); // all already current: left as is
+    let (_d4, mut b4, _) = new_backup("other");
+    scanned.store().apply(&other, &mut b4).unwrap();
+    let back = by_id(&store.read_back(&ids).unwrap());
+    for rw in &rewrites {
+        assert_eq!(back[&rw.id].hash.as_deref(), Some("1234abcd"), "{}", rw.id);
+    }
+    // a value changed after the scan is decoded again
+    let store = scanned.store();
+    store.scan().unwrap();
+    let (_d5, mut b5, _) = new_backup("changed");
+    scanned.store().apply(&rewrites, &mut b5).unwrap();
+    let (_d6, mut b6, _) = new_backup("after-change");
+    let (out, st) = store.apply_detailed(&rewrites, &mut b6).unwrap();
+    assert_eq!(out.already.len(), rewrites.len());
+    assert_eq!(
+        st.values_decoded,
+        rewrites.len(),
+        "changed bytes are decoded again"
+    );
+}

@@ -65,6 +65,34 @@ pub struct ContainerdStore {
     root: PathBuf,
     db_path: PathBuf,
     socket: PathBuf,
+    /// What this run already decoded (shared by clones): one decode per record and run.
+    decoded: std::sync::Arc<std::sync::Mutex<Decoded>>,
+}
+
+/// The hash annotations of one container extension value, as decoded, and the value they were
+/// decoded from (its sha256, or the bytes themselves for a value the apply wrote).
+#[derive(Debug, Clone)]
+struct Hashes {
+    ns: String,
+    sha256: [u8; 32],
+    hash: Option<String>,
+    hash_without_resources: Option<String>,
+}
+
+/// One decode per record and run: the scan's decoded hashes, reused by the apply for a value
+/// whose bytes are still the ones decoded (same sha256); and the values the apply left (the
+/// ones it wrote, verified on disk after the commit, and the ones already current), which the
+/// read-back compares byte for byte instead of decoding them again. A value that differs is
+/// decoded as before.
+#[derive(Debug, Default)]
+struct Decoded {
+    scanned: HashMap<String, Hashes>,
+    applied: HashMap<String, (Hashes, Vec<u8>)>,
+}
+
+fn sha256(b: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).into()
 }
 
 /// Timings and figures of one [`ContainerdStore::apply_detailed`].
@@ -110,16 +138,28 @@ pub struct ApplyStats {
     pub t_commit: Duration,
     /// re-read from disk + sha256 + manifest.
     pub t_after: Duration,
+    /// Values the apply decoded itself: the scan of this store had not decoded the same bytes
+    /// (0 when the scan ran first and nothing changed meanwhile: one decode per record and run).
+    pub values_decoded: usize,
 }
 
 /// One container bucket as found in meta.db.
-struct Found<'a> {
+struct Found {
     ns: String,
     id: String,
-    ext: Option<(&'static str, &'a [u8])>,
+    /// The extension value, copied out of the map: the records are decoded after the walk,
+    /// and reading them through the map would make every page they lie in resident again
+    /// (they are spread over the whole file).
+    ext: Option<(&'static str, Vec<u8>)>,
     ext_problem: Option<String>,
     labels: BTreeMap<String, String>,
     image: Option<String>,
+}
+
+impl Found {
+    fn ext(&self) -> Option<(&'static str, &[u8])> {
+        self.ext.as_ref().map(|(name, v)| (*name, v.as_slice()))
+    }
 }
 
 fn corrupt(path: &Path, e: impl std::fmt::Display) -> StoreError {
@@ -170,7 +210,7 @@ impl Drop for Flocked {
     }
 }
 
-fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found<'a>>, bolt::BoltError> {
+fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found>, bolt::BoltError> {
     let v1 = view
         .bucket(root, b"v1", "bucket v1")?
         .ok_or_else(|| bolt::BoltError::new("bucket v1", "missing: this is not a containerd metadata store (schema v1), or containerd never initialised it"))?;
@@ -236,7 +276,7 @@ fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found<'a>>, bolt::
                                 f.ext_problem =
                                     Some(format!("extension {name} is a bucket, not a value"))
                             }
-                            Some(e) => f.ext = Some((name, e.value)),
+                            Some(e) => f.ext = Some((name, e.value.to_vec())),
                             None => {}
                         }
                     }
@@ -291,6 +331,7 @@ impl ContainerdStore {
             socket: options
                 .socket
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)),
+            decoded: Default::default(),
         })
     }
 
@@ -392,12 +433,13 @@ impl ContainerdStore {
         }
     }
 
-    fn record(&self, f: &Found<'_>) -> StoreRecord {
+    /// The record of `f`, with the hash annotations of a decoded container value.
+    fn record_decoded(&self, f: &Found) -> (StoreRecord, Option<Hashes>) {
         let location = format!("{}:v1/{}/containers/{}", self.db_path.display(), f.ns, f.id);
         let mut r = StoreRecord::new(f.id.clone(), RecordKind::NotKubernetes, location);
         r.image = f.image.clone();
         let kind_label = f.labels.get(KIND_LABEL).map(String::as_str);
-        let Some((ext, raw)) = f.ext else {
+        let Some((ext, raw)) = f.ext() else {
             if let Some(p) = &f.ext_problem {
                 r.kind = RecordKind::Undecodable;
                 r.problem = Some(p.clone());
@@ -408,8 +450,9 @@ impl ContainerdStore {
                     kind_label.unwrap_or_default()
                 ));
             }
-            return r;
+            return (r, None);
         };
+        let mut hashes = None;
         let sandbox = ext == cri::SANDBOX_EXT;
         let url = if sandbox {
             cri::SANDBOX_TYPE_URL
@@ -458,10 +501,16 @@ impl ContainerdStore {
                         r.problem
                             .get_or_insert_with(|| format!("no {HASH_ANNOTATION} annotation"));
                     }
+                    hashes = Some(Hashes {
+                        ns: f.ns.clone(),
+                        sha256: sha256(raw),
+                        hash: r.hash.clone(),
+                        hash_without_resources: r.hash_without_resources.clone(),
+                    });
                 }
             }
         }
-        r
+        (r, hashes)
     }
 
     /// [`RuntimeStore::apply`] with timings and bolt figures.
@@ -531,7 +580,7 @@ impl ContainerdStore {
                 }
             };
             let loc = format!("{}:v1/{}/containers/{}", self.db_path.display(), f.ns, f.id);
-            let raw = match f.ext {
+            let raw = match f.ext() {
                 Some((cri::CONTAINER_EXT, raw)) => raw,
                 Some(_) => {
                     return Err(StoreError::Refused(format!(
@@ -547,18 +596,42 @@ impl ContainerdStore {
             targets.push((rw, f, loc, raw));
         }
         use rayon::prelude::*;
-        let results: Vec<Result<Option<Vec<u8>>, StoreError>> = targets
+        let scanned = std::mem::take(
+            &mut self
+                .decoded
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .scanned,
+        );
+        let results: Vec<Result<Rewritten, StoreError>> = targets
             .par_iter()
-            .map(|(rw, _, loc, raw)| new_value(rw, loc, raw))
+            .map(|(rw, f, loc, raw)| {
+                let known = scanned
+                    .get(&f.id)
+                    .filter(|h| h.ns == f.ns && h.sha256 == sha256(raw));
+                new_value(rw, loc, raw, known)
+            })
             .collect();
+        drop(scanned);
+        st.values_decoded = results
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|r| r.decoded))
+            .count();
         st.t_json = t1.elapsed();
         let mut edits = write::Edits::default();
         let mut expected: Vec<(Vec<Vec<u8>>, Vec<u8>)> = Vec::new();
-        for ((rw, f, _, _), res) in targets.iter().zip(results) {
-            let Some(new_raw) = res? else {
+        let mut applied: Vec<(String, Hashes, Option<Vec<u8>>)> = Vec::new();
+        for ((rw, f, _, raw), res) in targets.iter().zip(results) {
+            let Rewritten {
+                value, mut hashes, ..
+            } = res?;
+            hashes.ns = f.ns.clone();
+            let Some(new_raw) = value else {
                 outcome.already.push(rw.id.clone());
+                applied.push((rw.id.clone(), hashes, Some(raw.to_vec())));
                 continue;
             };
+            applied.push((rw.id.clone(), hashes, None));
             let path: Vec<Vec<u8>> = vec![
                 b"v1".to_vec(),
                 f.ns.as_bytes().to_vec(),
@@ -573,6 +646,7 @@ impl ContainerdStore {
         }
         if edits.is_empty() {
             st.t_plan = t1.elapsed();
+            self.remember_applied(applied, Vec::new());
             return Ok((outcome, st));
         }
         let plan = write::plan(&db, &report, &edits).map_err(|e| corrupt(&self.db_path, e))?;
@@ -581,7 +655,7 @@ impl ContainerdStore {
         // Verify the new tree before a single byte is written.
         let t2 = Instant::now();
         let meta_page = plan.new_meta.encode();
-        let planned = plan.view(&db.data);
+        let planned = plan.view(&db.data).with_residency(db.residency());
         let rep2 = bolt::check::check(&planned, &plan.new_meta);
         if !rep2.is_ok() {
             return Err(StoreError::Verify {
@@ -629,6 +703,8 @@ impl ContainerdStore {
             );
         }
         backup.commit()?;
+        // the backup read its pages straight from the map, not through a view
+        db.release();
         st.t_backup = t3.elapsed();
 
         let t4 = Instant::now();
@@ -665,7 +741,10 @@ impl ContainerdStore {
         } else {
             backup.set_new_sha256(&self.db_path, sha256_hex(&after.data));
         }
+        after.release();
         backup.finish()?;
+        // every written value was just read back from the file byte for byte
+        self.remember_applied(applied, expected.into_iter().map(|(_, v)| v).collect());
         st.t_after = t5.elapsed();
 
         st.values_changed = outcome.changed.len();
@@ -679,6 +758,27 @@ impl ContainerdStore {
         outcome.files_written = 1;
         outcome.bytes_written = cs.bytes_written;
         Ok((outcome, st))
+    }
+}
+
+impl ContainerdStore {
+    /// Keeps what the apply left for [`RuntimeStore::read_back`]: `applied` in request order,
+    /// the values of the rewritten ones (`None` there) in `written`, in the same order.
+    fn remember_applied(
+        &self,
+        applied: Vec<(String, Hashes, Option<Vec<u8>>)>,
+        written: Vec<Vec<u8>>,
+    ) {
+        let mut written = written.into_iter();
+        let mut cache = self.decoded.lock().unwrap_or_else(|e| e.into_inner());
+        cache.applied.clear();
+        for (id, mut h, value) in applied {
+            let Some(value) = value.or_else(|| written.next()) else {
+                break;
+            };
+            h.sha256 = sha256(&value);
+            cache.applied.insert(id, (h, value));
+        }
     }
 }
 
@@ -704,9 +804,25 @@ fn page_undo_plan<'a>(
     }
 }
 
-/// The rewritten extension value for `rw` (`None` when it already holds the values),
-/// decoded, rewritten surgically and verified.
-fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+/// What [`new_value`] makes of one value.
+struct Rewritten {
+    /// The rewritten value (`None`: it already holds the target hashes).
+    value: Option<Vec<u8>>,
+    /// The hash annotations the value holds after the rewrite (the decoded ones with the
+    /// spliced values in place: the proof shows nothing else changed).
+    hashes: Hashes,
+    /// Whether the value was decoded here (the scan's decode was not at hand).
+    decoded: bool,
+}
+
+/// The rewritten extension value for `rw`, decoded (or, when `known` was decoded from these
+/// same bytes by this run's scan, taken from there), rewritten surgically and verified.
+fn new_value(
+    rw: &Rewrite,
+    loc: &str,
+    raw: &[u8],
+    known: Option<&Hashes>,
+) -> Result<Rewritten, StoreError> {
     let bad = |e: String| StoreError::Corrupt {
         location: loc.to_string(),
         reason: format!(
@@ -722,8 +838,28 @@ fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, Sto
             cri::CONTAINER_TYPE_URL
         )));
     }
-    // the field scan of decode_json runs in proof::rewrite_proven when there is something to change
-    let (d, _) = cri::decode_json_unscanned(&raw[layout.value.clone()]).map_err(bad)?;
+    // The scan decoded these very bytes (same sha256) with the whole decoder; else decode
+    // them now. The field scan of decode_json runs in proof::rewrite_proven when there is
+    // something to change.
+    let annotations: BTreeMap<String, String> = match known {
+        Some(k) => [
+            (HASH_ANNOTATION, &k.hash),
+            (HASH_WITHOUT_RESOURCES_ANNOTATION, &k.hash_without_resources),
+        ]
+        .into_iter()
+        .filter_map(|(name, v)| Some((name.to_string(), v.clone()?)))
+        .collect(),
+        None => {
+            cri::decode_json_unscanned(&raw[layout.value.clone()])
+                .map_err(bad)?
+                .0
+                .annotations
+        }
+    };
+    let d = cri::Decoded {
+        annotations,
+        ..Default::default()
+    };
     let new_hash = rw.hash.to_string();
     let new_hwr = rw.hash_without_resources.map(|h| h.to_string());
     let mut changes: Vec<(&str, &str)> = Vec::new();
@@ -745,15 +881,70 @@ fn new_value(rw: &Rewrite, loc: &str, raw: &[u8]) -> Result<Option<Vec<u8>>, Sto
             changes.push((HASH_WITHOUT_RESOURCES_ANNOTATION, new.as_str()));
         }
     }
+    let mut hashes = Hashes {
+        ns: String::new(),
+        sha256: [0; 32],
+        hash: d.annotations.get(HASH_ANNOTATION).cloned(),
+        hash_without_resources: d
+            .annotations
+            .get(HASH_WITHOUT_RESOURCES_ANNOTATION)
+            .cloned(),
+    };
     if changes.is_empty() {
-        return Ok(None);
+        return Ok(Rewritten {
+            value: None,
+            hashes,
+            decoded: known.is_none(),
+        });
     }
-    proof::rewrite_proven(raw, &layout, &d.annotations, &changes)
-        .map(Some)
-        .map_err(|reason| StoreError::Verify {
-            location: loc.to_string(),
-            reason,
-        })
+    let value =
+        proof::rewrite_proven(raw, &layout, &d.annotations, &changes).map_err(|reason| {
+            StoreError::Verify {
+                location: loc.to_string(),
+                reason,
+            }
+        })?;
+    for (k, v) in changes {
+        match k {
+            HASH_ANNOTATION => hashes.hash = Some(v.to_string()),
+            _ => hashes.hash_without_resources = Some(v.to_string()),
+        }
+    }
+    Ok(Rewritten {
+        value: Some(value),
+        hashes,
+        decoded: known.is_none(),
+    })
+}
+
+/// What [`lookup`] finds.
+enum Lookup<'a> {
+    /// The bucket at this depth of the path is missing (or not a bucket).
+    NoBucket(usize),
+    /// The last bucket has no plain value under the key.
+    NoValue,
+    /// The value.
+    Value(&'a [u8]),
+}
+
+/// The value `key` in the bucket at `path` below `root`, looked up as containerd does.
+fn lookup<'a>(
+    view: &View<'a>,
+    root: Root<'a>,
+    path: &[&[u8]],
+    key: &str,
+) -> Result<Lookup<'a>, bolt::BoltError> {
+    let mut r = root;
+    for (depth, b) in path.iter().enumerate() {
+        match view.bucket(r, b, "read back")? {
+            Some(next) => r = next,
+            None => return Ok(Lookup::NoBucket(depth)),
+        }
+    }
+    Ok(match view.get(r, key.as_bytes())? {
+        Some(e) if !e.is_bucket() => Lookup::Value(e.value),
+        _ => Lookup::NoValue,
+    })
 }
 
 fn verify_values(
@@ -827,10 +1018,19 @@ impl RuntimeStore for ContainerdStore {
         }
         let found = collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?;
         // Decoding ~2.7 KB of JSON and reading a status file per container: parallel.
-        report.records = {
+        let decoded: Vec<(StoreRecord, Option<Hashes>)> = {
             use rayon::prelude::*;
-            found.par_iter().map(|f| self.record(f)).collect()
+            found.par_iter().map(|f| self.record_decoded(f)).collect()
         };
+        let mut cache = self.decoded.lock().unwrap_or_else(|e| e.into_inner());
+        cache.scanned.clear();
+        cache.applied.clear();
+        for (r, h) in decoded {
+            if let Some(h) = h {
+                cache.scanned.insert(r.id.clone(), h);
+            }
+            report.records.push(r);
+        }
         Ok(report)
     }
 

@@ -97,6 +97,60 @@ impl ContainerdStore {
     pub(super) fn read_back_hashes(&self, ids: &[&str]) -> Result<Vec<StoreRecord>, StoreError> {
         let (db, _warning, _lock) = self.read_db()?;
         let view = db.view();
+        let applied = std::mem::take(
+            &mut self
+                .decoded
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .applied,
+        );
+        if !ids.is_empty() && ids.iter().all(|id| applied.contains_key(*id)) {
+            // Each value the apply left, found where containerd looks it up: byte-equal to it,
+            // it holds the hashes the apply put there; anything else is decoded.
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                let (h, value) = &applied[*id];
+                let location = format!("{}:v1/{}/containers/{id}", self.db_path.display(), h.ns);
+                let mut r = StoreRecord::new(id.to_string(), RecordKind::Container, location);
+                let path: [&[u8]; 5] = [
+                    b"v1",
+                    h.ns.as_bytes(),
+                    b"containers",
+                    id.as_bytes(),
+                    b"extensions",
+                ];
+                let raw = match super::lookup(&view, db.root(), &path, cri::CONTAINER_EXT)
+                    .map_err(|e| corrupt(&self.db_path, e))?
+                {
+                    super::Lookup::Value(raw) => raw,
+                    // the container itself is gone: not read back (as the full walk does)
+                    super::Lookup::NoBucket(depth) if depth < 4 => continue,
+                    _ => {
+                        r.kind = RecordKind::Undecodable;
+                        r.problem = Some("no CRI container extension".into());
+                        out.push(r);
+                        continue;
+                    }
+                };
+                if raw == value.as_slice() {
+                    r.hash = h.hash.clone();
+                    r.hash_without_resources = h.hash_without_resources.clone();
+                } else {
+                    match hashes_of(raw) {
+                        Ok((hash, hwr)) => {
+                            r.hash = hash;
+                            r.hash_without_resources = hwr;
+                        }
+                        Err(e) => {
+                            r.kind = RecordKind::Undecodable;
+                            r.problem = Some(e);
+                        }
+                    }
+                }
+                out.push(r);
+            }
+            return Ok(out);
+        }
         let found = collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?;
         let by_id: HashMap<&str, _> = found.iter().map(|f| (f.id.as_str(), f)).collect();
         Ok(ids
@@ -106,7 +160,7 @@ impl ContainerdStore {
                 let location =
                     format!("{}:v1/{}/containers/{}", self.db_path.display(), f.ns, f.id);
                 let mut r = StoreRecord::new(f.id.clone(), RecordKind::Container, location);
-                match f.ext {
+                match f.ext() {
                     Some((cri::CONTAINER_EXT, raw)) => match hashes_of(raw) {
                         Ok((h, hwr)) => {
                             r.hash = h;
