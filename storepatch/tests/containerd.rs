@@ -185,6 +185,18 @@ fn meta_page_freelist(path: &Path) -> u64 {
 // ---------------------------------------------------------------- scan
 
 /// (id → (pod, ns, uid, container, hash_before, hash_after)) from containers.json.
+/// A rewrite of every container of the store fixture to its expected new hash.
+fn store_rewrites() -> Vec<Rewrite> {
+    store_expect()
+        .into_iter()
+        .map(|(id, .., after)| Rewrite {
+            id,
+            hash: after.parse().unwrap(),
+            hash_without_resources: None,
+        })
+        .collect()
+}
+
 fn store_expect() -> Vec<(String, String, String, String, String, String, String)> {
     let mut out = Vec::new();
     for pod in json(&store_dir().join("containers.json"))
@@ -498,14 +510,7 @@ fn apply_and_verify(r: &Root_, rewrites: &[Rewrite], synced: bool) -> Vec<u8> {
 fn apply_store_fixture_matches_reference_edit() {
     for (file, synced) in [("meta.db.before", true), ("meta.db.nofreelist", false)] {
         let r = Root_::new(&fs::read(store_dir().join(file)).unwrap(), &store_status());
-        let rewrites: Vec<Rewrite> = store_expect()
-            .into_iter()
-            .map(|(id, .., after)| Rewrite {
-                id,
-                hash: after.parse().unwrap(),
-                hash_without_resources: None,
-            })
-            .collect();
+        let rewrites: Vec<Rewrite> = store_rewrites();
         let new = apply_and_verify(&r, &rewrites, synced);
         // the values equal the reference edit (bbolt-rs byte replacement, accepted by containerd)
         // wherever the fixture's new value is one a kubelet can write: sidecar's `0badf00d` is
@@ -1017,14 +1022,7 @@ fn fault_points_cover_every_durable_step() {
 #[test]
 fn crash_sweep_old_or_new_never_corrupt() {
     const SELF: &str = "crash_sweep_old_or_new_never_corrupt";
-    let rewrites: Vec<Rewrite> = store_expect()
-        .into_iter()
-        .map(|(id, .., after)| Rewrite {
-            id,
-            hash: after.parse().unwrap(),
-            hash_without_resources: None,
-        })
-        .collect();
+    let rewrites: Vec<Rewrite> = store_rewrites();
     if let Some(root) = std::env::var_os("CTD_CRASH_CHILD") {
         let root = PathBuf::from(root);
         let mut b = Backup::create(&root.join("../backup"), "containerd", &root).unwrap();
@@ -1383,14 +1381,7 @@ fn same_key_values_as_go_bbolt_rewrite() {
 /// trusts what the apply left only where the file still holds exactly those bytes.
 #[test]
 fn each_value_is_decoded_once_per_run_and_the_read_back_compares_bytes() {
-    let rewrites: Vec<Rewrite> = store_expect()
-        .into_iter()
-        .map(|(id, .., after)| Rewrite {
-            id,
-            hash: after.parse().unwrap(),
-            hash_without_resources: None,
-        })
-        .collect();
+    let rewrites: Vec<Rewrite> = store_rewrites();
     let ids: Vec<&str> = rewrites.iter().map(|rw| rw.id.as_str()).collect();
     // scan, then apply: no value decoded again
     let scanned = Root_::new(&store_before(), &store_status());

@@ -28,7 +28,7 @@
 //! Growing clones whole pods round by round (every pod once, then again…) until exactly N
 //! containers; shrinking keeps a prefix of pods.json's pods (skipping those that would
 //! overshoot). N equal to the node's count copies the node unchanged. containerd's meta.db is
-//! bulk-written from the edited tree ([`boltfile::build`], in the original's freelist layout);
+//! bulk-written from the edited tree ([`storepatch::containerd::bolt::build`], in the original's freelist layout);
 //! the snapshot, lease and content buckets are copied, not cloned (the patch never reads them).
 
 use sha2::{Digest, Sha256};

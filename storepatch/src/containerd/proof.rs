@@ -136,16 +136,7 @@ impl ContainerdStore {
                     r.hash = h.hash.clone();
                     r.hash_without_resources = h.hash_without_resources.clone();
                 } else {
-                    match hashes_of(raw) {
-                        Ok((hash, hwr)) => {
-                            r.hash = hash;
-                            r.hash_without_resources = hwr;
-                        }
-                        Err(e) => {
-                            r.kind = RecordKind::Undecodable;
-                            r.problem = Some(e);
-                        }
-                    }
+                    read_hashes(&mut r, raw);
                 }
                 out.push(r);
             }
@@ -161,16 +152,7 @@ impl ContainerdStore {
                     format!("{}:v1/{}/containers/{}", self.db_path.display(), f.ns, f.id);
                 let mut r = StoreRecord::new(f.id.clone(), RecordKind::Container, location);
                 match f.ext() {
-                    Some((cri::CONTAINER_EXT, raw)) => match hashes_of(raw) {
-                        Ok((h, hwr)) => {
-                            r.hash = h;
-                            r.hash_without_resources = hwr;
-                        }
-                        Err(e) => {
-                            r.kind = RecordKind::Undecodable;
-                            r.problem = Some(e);
-                        }
-                    },
+                    Some((cri::CONTAINER_EXT, raw)) => read_hashes(&mut r, raw),
                     _ => {
                         r.kind = RecordKind::Undecodable;
                         r.problem = Some("no CRI container extension".into());
@@ -179,6 +161,21 @@ impl ContainerdStore {
                 r
             })
             .collect())
+    }
+}
+
+/// The read-back's record of one CRI container extension `raw`: its hash annotations, or why
+/// they cannot be read.
+fn read_hashes(r: &mut StoreRecord, raw: &[u8]) {
+    match hashes_of(raw) {
+        Ok((hash, hwr)) => {
+            r.hash = hash;
+            r.hash_without_resources = hwr;
+        }
+        Err(e) => {
+            r.kind = RecordKind::Undecodable;
+            r.problem = Some(e);
+        }
     }
 }
 

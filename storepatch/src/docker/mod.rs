@@ -593,7 +593,7 @@ impl RuntimeStore for DockerStore {
         self.read_back_labels(ids)
     }
 
-    /// Reads, edits and proves the files a wave of [`APPLY_WAVE`] at a time: each wave's
+    /// Reads, edits and proves the files a wave (256 files) at a time: each wave's
     /// originals go into the backup's pack and its new bytes into temp files beside their
     /// targets, then the wave's bytes are dropped, so memory does not grow with the node. Only
     /// when every file is planned and staged does the backup commit (one flush for the copies
