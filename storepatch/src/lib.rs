@@ -191,6 +191,21 @@ impl StoreRecord {
             other_copy: None,
         }
     }
+
+    /// Fills in what a read-back found: the hash annotations, or (the record is then
+    /// undecodable) why they could not be read.
+    pub fn set_hashes_read(&mut self, read: Result<(Option<String>, Option<String>), String>) {
+        match read {
+            Ok((hash, hwr)) => {
+                self.hash = hash;
+                self.hash_without_resources = hwr;
+            }
+            Err(e) => {
+                self.kind = RecordKind::Undecodable;
+                self.problem = Some(e);
+            }
+        }
+    }
 }
 
 /// Everything a scan found, plus store-level warnings (e.g. `live-restore` off).

@@ -513,6 +513,13 @@ impl ContainerdStore {
         (r, hashes)
     }
 
+    /// The decodes this store's runs keep ([`Decoded`]); a panic elsewhere while it was held
+    /// leaves nothing half-done in it that a later run could misread (every user replaces
+    /// whole maps), so a poisoned lock is taken as it is.
+    fn decode_cache(&self) -> std::sync::MutexGuard<'_, Decoded> {
+        self.decoded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// [`RuntimeStore::apply`] with timings and bolt figures.
     pub fn apply_detailed(
         &self,
@@ -596,13 +603,7 @@ impl ContainerdStore {
             targets.push((rw, f, loc, raw));
         }
         use rayon::prelude::*;
-        let scanned = std::mem::take(
-            &mut self
-                .decoded
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .scanned,
-        );
+        let scanned = std::mem::take(&mut self.decode_cache().scanned);
         let results: Vec<Result<Rewritten, StoreError>> = targets
             .par_iter()
             .map(|(rw, f, loc, raw)| {
@@ -777,7 +778,7 @@ impl ContainerdStore {
         written: Vec<Vec<u8>>,
     ) {
         let mut written = written.into_iter();
-        let mut cache = self.decoded.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.decode_cache();
         cache.applied.clear();
         for (id, mut h, value) in applied {
             let Some(value) = value.or_else(|| written.next()) else {
@@ -1029,7 +1030,7 @@ impl RuntimeStore for ContainerdStore {
             use rayon::prelude::*;
             found.par_iter().map(|f| self.record_decoded(f)).collect()
         };
-        let mut cache = self.decoded.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.decode_cache();
         cache.scanned.clear();
         cache.applied.clear();
         for (r, h) in decoded {

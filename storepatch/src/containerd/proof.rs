@@ -97,13 +97,7 @@ impl ContainerdStore {
     pub(super) fn read_back_hashes(&self, ids: &[&str]) -> Result<Vec<StoreRecord>, StoreError> {
         let (db, _warning, _lock) = self.read_db()?;
         let view = db.view();
-        let applied = std::mem::take(
-            &mut self
-                .decoded
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .applied,
-        );
+        let applied = std::mem::take(&mut self.decode_cache().applied);
         if !ids.is_empty() && ids.iter().all(|id| applied.contains_key(*id)) {
             // Each value the apply left, found where containerd looks it up: byte-equal to it,
             // it holds the hashes the apply put there; anything else is decoded.
@@ -167,16 +161,7 @@ impl ContainerdStore {
 /// The read-back's record of one CRI container extension `raw`: its hash annotations, or why
 /// they cannot be read.
 fn read_hashes(r: &mut StoreRecord, raw: &[u8]) {
-    match hashes_of(raw) {
-        Ok((hash, hwr)) => {
-            r.hash = hash;
-            r.hash_without_resources = hwr;
-        }
-        Err(e) => {
-            r.kind = RecordKind::Undecodable;
-            r.problem = Some(e);
-        }
-    }
+    r.set_hashes_read(hashes_of(raw));
 }
 
 #[cfg(test)]

@@ -370,18 +370,15 @@ impl DockerStore {
         r
     }
 
-    /// Reads, edits and verifies one file; writes nothing. `new == original` when the record
-    /// already holds the requested values.
-    fn plan_one(&self, containers: &Path, rw: &Rewrite) -> Result<Planned, StoreError> {
-        check_plain_id(&rw.id)?;
-        let path = Self::config_path(containers, &rw.id)?
-            .ok_or_else(|| StoreError::UnknownRecord(rw.id.clone()))?;
+    /// Reads, edits and verifies the file at `path` (resolved by `apply` for `rw`); writes
+    /// nothing. `new == original` when the record already holds the requested values.
+    fn plan_one(path: &Path, rw: &Rewrite) -> Result<Planned, StoreError> {
         let location = path.display().to_string();
         let corrupt = |reason: String| StoreError::Corrupt {
             location: location.clone(),
             reason,
         };
-        let (original, meta) = atomic::read_regular_nofollow(&path).map_err(|e| match e {
+        let (original, meta) = atomic::read_regular_nofollow(path).map_err(|e| match e {
             StoreError::Io { source, .. } if source.kind() == ErrorKind::NotFound => {
                 corrupt("missing: the container directory holds no config.v2.json".into())
             }
@@ -390,7 +387,7 @@ impl DockerStore {
         let new = edit_config(&original, rw, &location)?;
         Ok(Planned {
             id: rw.id.clone(),
-            path,
+            path: path.to_path_buf(),
             original,
             meta,
             new,
@@ -617,11 +614,12 @@ impl RuntimeStore for DockerStore {
         // (id, path, sha256 of the new bytes) of every file that changes, in request order
         let mut changed: Vec<(String, PathBuf, String)> = Vec::new();
         let mut pack = backup.pack();
-        for wave in rewrites.chunks(APPLY_WAVE) {
+        for (wave, wave_paths) in rewrites.chunks(APPLY_WAVE).zip(paths.chunks(APPLY_WAVE)) {
             // (the error of the first failing file in request order, as a serial loop gives)
             let planned: Vec<Planned> = wave
                 .par_iter()
-                .map(|rw| self.plan_one(&containers, rw))
+                .zip(wave_paths)
+                .map(|(rw, path)| Self::plan_one(path, rw))
                 .collect::<Vec<_>>()
                 .into_iter()
                 .collect::<Result<_, _>>()?;

@@ -19,19 +19,11 @@ impl DockerStore {
                     let path = containers.join(id).join(CONFIG_FILE);
                     let mut r =
                         StoreRecord::new(*id, RecordKind::Container, path.display().to_string());
-                    match atomic::read_regular_nofollow(&path)
-                        .map_err(|e| e.to_string())
-                        .and_then(|(bytes, _)| labels_of(&bytes).map_err(|e| e.to_string()))
-                    {
-                        Ok((hash, hwr)) => {
-                            r.hash = hash;
-                            r.hash_without_resources = hwr;
-                        }
-                        Err(e) => {
-                            r.kind = RecordKind::Undecodable;
-                            r.problem = Some(e);
-                        }
-                    }
+                    r.set_hashes_read(
+                        atomic::read_regular_nofollow(&path)
+                            .map_err(|e| e.to_string())
+                            .and_then(|(bytes, _)| labels_of(&bytes).map_err(|e| e.to_string())),
+                    );
                     r
                 })
                 .collect()
