@@ -55,6 +55,14 @@ pub struct PageUndo {
     /// File length after the commit, recorded with the entry's `sha256_new`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_after: Option<u64>,
+    /// sha256 of the whole file after the commit. The undo ranges only cover what the patch
+    /// wrote: a containerd that ran since may have written pages outside them without
+    /// committing (seen on a real containerd 1.6.20: a freelist page over a page the patch had
+    /// freed, which the original tree still uses), and writing the ranges back over such a
+    /// file gives a broken tree. With this recorded, the byte rollback of a finished patch
+    /// applies only to exactly the file the patch left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256_after_file: Option<String>,
 }
 
 /// The ranges a transaction overwrites in a file of `file_len` bytes: both meta pages and
@@ -207,15 +215,18 @@ impl Backup {
                 new_meta_offset,
                 new_meta_sha256: sha256_hex(new_meta),
                 size_after: None,
+                sha256_after_file: None,
             }),
             intent: None,
         });
         Ok(())
     }
 
-    /// Records what the commit left in the page-backed file `path` (`after` = its bytes):
-    /// the sha256 of its undo ranges and its length.
-    pub fn set_pages_after(&mut self, path: &Path, after: &[u8]) {
+    /// Records what the commit left in the page-backed file `path` (`after` = its bytes,
+    /// `after_sha256` = their sha256, which the caller computes so that it can bound the
+    /// memory a mapped file takes meanwhile): the sha256 of its undo ranges, its length and
+    /// the sha256 of the whole file.
+    pub fn set_pages_after(&mut self, path: &Path, after: &[u8], after_sha256: String) {
         for e in &mut self.manifest.entries {
             if e.path != path {
                 continue;
@@ -223,6 +234,7 @@ impl Backup {
             if let Some(p) = &mut e.pages {
                 e.sha256_new = ranges_sha256(after, p.ranges.iter().chain(&p.zero_ranges));
                 p.size_after = Some(after.len() as u64);
+                p.sha256_after_file = Some(after_sha256.clone());
             }
         }
     }
@@ -328,7 +340,13 @@ pub(super) fn check_entry(
         return Ok((Vec::new(), RollbackAction::AlreadyOriginal, meta));
     }
     let patched = match (&entry.sha256_new, p.size_after) {
-        (Some(new), Some(after)) => len == after && cur.as_ref() == Some(new),
+        (Some(new), Some(after)) => {
+            len == after
+                && cur.as_ref() == Some(new)
+                && p.sha256_after_file
+                    .as_ref()
+                    .is_none_or(|whole| *whole == sha256_hex(&current))
+        }
         (None, _) if accept_unknown_new => {
             len >= entry.size && only_our_meta_written(&current, &undo, p)
         }
@@ -454,7 +472,7 @@ mod tests {
         b.commit().unwrap();
         fs::write(&path, &patched).unwrap();
         if record_after {
-            b.set_pages_after(&path, &patched);
+            b.set_pages_after(&path, &patched, sha256_hex(&patched));
             b.finish().unwrap();
         }
         (store, path, original, patched, bk)
@@ -480,6 +498,28 @@ mod tests {
         assert_eq!(
             rollback(&bk, false).unwrap().files[0].1,
             RollbackAction::AlreadyOriginal
+        );
+    }
+
+    #[test]
+    fn page_undo_refuses_a_write_outside_its_ranges_since_the_patch() {
+        let (_s, path, _original, patched, bk) = patched_file(true);
+        // A runtime wrote a page the patch did not (page 3, live in the original tree)
+        // without committing: the meta pages and the undo ranges are still the patch's.
+        let mut later = patched.clone();
+        later[3 * 4096..4 * 4096].fill(0x10);
+        fs::write(&path, &later).unwrap();
+        let e = rollback(&bk, false).unwrap_err();
+        assert!(
+            matches!(e, StoreError::RollbackConflict { .. }),
+            "a page written outside the undo ranges since the patch is refused: {e}"
+        );
+        assert_eq!(fs::read(&path).unwrap(), later, "nothing restored");
+        fs::write(&path, &patched).unwrap();
+        assert_eq!(
+            rollback(&bk, false).unwrap().files[0].1,
+            RollbackAction::Restored,
+            "the file exactly as the patch left it is restored"
         );
     }
 

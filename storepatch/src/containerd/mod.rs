@@ -25,7 +25,7 @@ mod proof;
 pub mod runtime;
 
 use crate::atomic::FileMeta;
-use crate::backup::{self as bolt_undo, sha256_hex, Backup};
+use crate::backup::{self as bolt_undo, Backup};
 use crate::error::StoreError;
 use crate::{
     ApplyOutcome, RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreRecord,
@@ -744,10 +744,21 @@ impl ContainerdStore {
                 reason: format!("after commit: {reason}"),
             }
         })?;
+        // The whole file's sha256, a slice at a time with our residency dropped after each
+        // (hashing reads every page of the map).
+        let whole = {
+            use sha2::Digest;
+            let mut h = sha2::Sha256::new();
+            for chunk in after.data.chunks(8 << 20) {
+                h.update(chunk);
+                after.release();
+            }
+            hex::encode(h.finalize())
+        };
         if by_page {
-            backup.set_pages_after(&self.db_path, &after.data);
+            backup.set_pages_after(&self.db_path, &after.data, whole);
         } else {
-            backup.set_new_sha256(&self.db_path, sha256_hex(&after.data));
+            backup.set_new_sha256(&self.db_path, whole);
         }
         after.release();
         backup.finish()?;
