@@ -726,8 +726,11 @@ impl ContainerdStore {
         st.t_commit = t4.elapsed();
         // The planned pages are on disk now: not held through the read-back (on a
         // 2,000-container node they are ~25 MB, the largest thing this process holds).
-        let (new_meta, reused_pages, appended_pages) =
-            (plan.new_meta, plan.reused_pages, plan.appended_pages);
+        let new_meta = plan.new_meta;
+        st.txid_after = new_meta.txid;
+        st.hwm_after = new_meta.hwm;
+        st.pages_reused = plan.reused_pages;
+        st.pages_appended = plan.appended_pages;
         drop(plan);
 
         let t5 = Instant::now();
@@ -774,10 +777,6 @@ impl ContainerdStore {
         st.t_after = t5.elapsed();
 
         st.values_changed = outcome.changed.len();
-        st.txid_after = new_meta.txid;
-        st.hwm_after = new_meta.hwm;
-        st.pages_reused = reused_pages;
-        st.pages_appended = appended_pages;
         st.pages_written = cs.pages_written;
         st.bytes_written = cs.bytes_written;
         st.file_len_after = cs.file_len_after;
