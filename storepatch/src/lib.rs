@@ -63,6 +63,7 @@ pub mod crio;
 pub mod docker;
 pub mod error;
 pub mod fault;
+pub mod heap;
 pub mod inflight;
 pub mod jsonspan;
 pub mod layout;

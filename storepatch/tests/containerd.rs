@@ -1376,6 +1376,86 @@ fn same_key_values_as_go_bbolt_rewrite() {
 
 // ---------------------------------------------------------------- one decode per run
 
+/// The apply reuses the scan's consistency check and records only for the very file the scan
+/// read, and writes the same bytes as an apply that reads the file itself: not for a file
+/// changed just before the scan (a write after it could leave its timestamps as they were),
+/// not after a commit behind the scan's back, not after any other write of the file, even of
+/// the same bytes.
+#[test]
+fn the_apply_reuses_the_scans_read_only_for_the_file_the_scan_read() {
+    let rewrites: Vec<Rewrite> = store_rewrites();
+    let settled = Root_::new(&store_before(), &store_status());
+    let committed = Root_::new(&store_before(), &store_status());
+    let rewritten = Root_::new(&store_before(), &store_status());
+    // older than any file system's timestamp tick (the store's margin is 2 s)
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    let racy = Root_::new(&store_before(), &store_status());
+    let apply_after_scan = |r: &Root_, between: &dyn Fn()| {
+        let store = r.store();
+        store.scan().unwrap();
+        between();
+        let (_d, mut b, _) = new_backup("reuse");
+        let (out, st) = store.apply_detailed(&rewrites, &mut b).unwrap();
+        (out, st)
+    };
+    let (_, st) = apply_after_scan(&racy, &|| {});
+    assert!(
+        !st.read_reused,
+        "a file written just before the scan is read again"
+    );
+    let (out, st) = apply_after_scan(&settled, &|| {});
+    assert!(
+        st.read_reused,
+        "a settled, unchanged file: the scan's read is reused"
+    );
+    assert_eq!(out.changed.len(), rewrites.len());
+    assert_eq!(
+        fs::read(settled.db()).unwrap(),
+        fs::read(racy.db()).unwrap(),
+        "reusing the scan's read writes the very same bytes as reading the file again"
+    );
+    check_clean(&settled.db());
+    // a commit behind the scan's back (another hash for every container)
+    let other: Vec<Rewrite> = rewrites
+        .iter()
+        .map(|rw| Rewrite {
+            hash: "1234abcd".parse().unwrap(),
+            ..rw.clone()
+        })
+        .collect();
+    let (out, st) = apply_after_scan(&committed, &|| {
+        let (_d, mut b, _) = new_backup("behind");
+        committed.store().apply(&other, &mut b).unwrap();
+    });
+    assert!(
+        !st.read_reused,
+        "a file committed to after the scan is read again"
+    );
+    assert_eq!(
+        out.changed.len(),
+        rewrites.len(),
+        "and the apply sees that commit"
+    );
+    let back = by_id(&committed.store().scan().unwrap().records);
+    for rw in &rewrites {
+        assert_eq!(back[&rw.id].hash, Some(rw.hash.to_string()), "{}", rw.id);
+    }
+    // the same bytes written again (no bbolt commit, both meta pages as they were)
+    let (_, st) = apply_after_scan(&rewritten, &|| {
+        let bytes = fs::read(rewritten.db()).unwrap();
+        fs::write(rewritten.db(), bytes).unwrap();
+    });
+    assert!(
+        !st.read_reused,
+        "a file written after the scan, even with its own bytes, is read again"
+    );
+    assert_eq!(
+        fs::read(rewritten.db()).unwrap(),
+        fs::read(racy.db()).unwrap(),
+        "and the result is the same"
+    );
+}
+
 /// The apply reuses the scan's decode of a value only while its bytes are the ones decoded,
 /// and the file it writes is byte for byte the one a decode of its own gives; the read-back
 /// trusts what the apply left only where the file still holds exactly those bytes.

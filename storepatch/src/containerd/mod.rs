@@ -69,8 +69,8 @@ pub struct ContainerdStore {
     decoded: std::sync::Arc<std::sync::Mutex<Decoded>>,
 }
 
-/// The hash annotations of one container extension value, as decoded, and the value they were
-/// decoded from (its sha256, or the bytes themselves for a value the apply wrote).
+/// The hash annotations of one container extension value, as decoded (or as the apply wrote
+/// them), and the sha256 of that value.
 #[derive(Debug, Clone)]
 struct Hashes {
     ns: String,
@@ -82,12 +82,71 @@ struct Hashes {
 /// One decode per record and run: the scan's decoded hashes, reused by the apply for a value
 /// whose bytes are still the ones decoded (same sha256); and the values the apply left (the
 /// ones it wrote, verified on disk after the commit, and the ones already current), which the
-/// read-back compares byte for byte instead of decoding them again. A value that differs is
-/// decoded as before.
+/// read-back compares by sha256 instead of decoding them again (the values themselves are not
+/// kept: on a 2,000-container node they are megabytes). A value that differs is decoded as
+/// before.
 #[derive(Debug, Default)]
 struct Decoded {
     scanned: HashMap<String, Hashes>,
-    applied: HashMap<String, (Hashes, Vec<u8>)>,
+    applied: HashMap<String, Hashes>,
+    /// What the last scan read of the file, for the apply that follows ([`ScanRead`]).
+    read: Option<ScanRead>,
+}
+
+/// What a scan read of meta.db under the shared lock: its consistency check and its records.
+/// The apply that follows reuses them instead of checking and walking the whole file again
+/// (about a tenth of a patch on a 2,000-container node), but only for the very file the scan
+/// read: same inode, length, mtime and ctime, both meta pages byte for byte, and a ctime
+/// older than the scan by more than any file system's timestamp tick, so that no write after
+/// the scan can have left the ctime as it was (the "racy" case git's index also guards).
+/// Every bbolt commit rewrites a meta page; any other write moves the ctime.
+#[derive(Debug)]
+struct ScanRead {
+    identity: FileIdentity,
+    meta_pages: Vec<u8>,
+    check: bolt::check::CheckReport,
+    found: Vec<Found>,
+}
+
+/// How far a file's ctime must lie before the scan for a later write to be sure to change it:
+/// above the coarsest timestamp any node's file system keeps (1 s on ext4 with 128-byte
+/// inodes) plus the kernel's coarse clock lag.
+const RACY_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The fields of a file's status that any write or replacement changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileIdentity {
+    fn of(m: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileIdentity {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+
+    /// Whether the file was last changed more than [`RACY_MARGIN`] before `at`.
+    fn settled_before(&self, at: std::time::SystemTime) -> bool {
+        let Ok(at) = at.duration_since(std::time::UNIX_EPOCH) else {
+            return false;
+        };
+        let Some(limit) = at.checked_sub(RACY_MARGIN) else {
+            return false;
+        };
+        let newest = self.mtime.max(self.ctime);
+        newest.0 >= 0
+            && (newest.0 as u64, newest.1 as u32) < (limit.as_secs(), limit.subsec_nanos())
+    }
 }
 
 fn sha256(b: &[u8]) -> [u8; 32] {
@@ -124,7 +183,7 @@ pub struct ApplyStats {
     pub file_len_before: u64,
     /// File length after.
     pub file_len_after: u64,
-    /// open + consistency check + collect records.
+    /// open + consistency check + collect records (or the proof that the scan's still hold).
     pub t_read: Duration,
     /// JSON rewrites + their verification (part of `t_plan`).
     pub t_json: Duration,
@@ -138,12 +197,16 @@ pub struct ApplyStats {
     pub t_commit: Duration,
     /// re-read from disk + sha256 + manifest.
     pub t_after: Duration,
+    /// Whether the apply reused the scan's consistency check and records, the file being the
+    /// very one the scan read (see `ScanRead`), instead of reading it again.
+    pub read_reused: bool,
     /// Values the apply decoded itself: the scan of this store had not decoded the same bytes
     /// (0 when the scan ran first and nothing changed meanwhile: one decode per record and run).
     pub values_decoded: usize,
 }
 
 /// One container bucket as found in meta.db.
+#[derive(Debug)]
 struct Found {
     ns: String,
     id: String,
@@ -534,18 +597,33 @@ impl ContainerdStore {
             return Err(self.running(self.locked_evidence()));
         }
         self.check_socket()?;
-        let fmeta = FileMeta::of(
-            &file
-                .metadata()
-                .map_err(|e| StoreError::io(&self.db_path, e))?,
-        );
+        let status = file
+            .metadata()
+            .map_err(|e| StoreError::io(&self.db_path, e))?;
+        let fmeta = FileMeta::of(&status);
         let db = Db::map(&file).map_err(|e| corrupt(&self.db_path, e))?;
         st.txid_before = db.meta.txid;
         st.hwm_before = db.meta.hwm;
         st.freelist_synced = db.meta.freelist_synced();
         st.file_len_before = db.data.len() as u64;
         let view = db.view();
-        let report = bolt::check::check(&view, &db.meta);
+        let identity = FileIdentity::of(&status);
+        let scan_read = self.decode_cache().read.take().filter(|r| {
+            r.identity == identity && r.meta_pages.as_slice() == meta_pages(&db.data, &db.meta)
+        });
+        st.read_reused = scan_read.is_some();
+        let (report, found) = match scan_read {
+            Some(r) => (r.check, r.found),
+            None => {
+                let report = bolt::check::check(&view, &db.meta);
+                let found = if report.is_ok() {
+                    collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?
+                } else {
+                    Vec::new()
+                };
+                (report, found)
+            }
+        };
         if !report.is_ok() {
             return Err(corrupt(
                 &self.db_path,
@@ -555,7 +633,6 @@ impl ContainerdStore {
                 ),
             ));
         }
-        let found = collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?;
         st.containers_seen = found.len();
         let mut by_id: HashMap<&str, Vec<&Found>> = HashMap::new();
         for f in &found {
@@ -620,8 +697,10 @@ impl ContainerdStore {
             .count();
         st.t_json = t1.elapsed();
         let mut edits = write::Edits::default();
-        let mut expected: Vec<(Vec<Vec<u8>>, Vec<u8>)> = Vec::new();
-        let mut applied: Vec<(String, Hashes, Option<Vec<u8>>)> = Vec::new();
+        // (each written value's bucket path and sha256: the values themselves live in the
+        // edits, then in the planned pages, and are not held a third time)
+        let mut expected: Vec<(Vec<Vec<u8>>, [u8; 32])> = Vec::new();
+        let mut applied: Vec<(String, Hashes, Option<[u8; 32]>)> = Vec::new();
         for ((rw, f, _, raw), res) in targets.iter().zip(results) {
             let Rewritten {
                 value, mut hashes, ..
@@ -629,7 +708,7 @@ impl ContainerdStore {
             hashes.ns = f.ns.clone();
             let Some(new_raw) = value else {
                 outcome.already.push(rw.id.clone());
-                applied.push((rw.id.clone(), hashes, Some(raw.to_vec())));
+                applied.push((rw.id.clone(), hashes, Some(sha256(raw))));
                 continue;
             };
             applied.push((rw.id.clone(), hashes, None));
@@ -641,8 +720,9 @@ impl ContainerdStore {
                 b"extensions".to_vec(),
             ];
             let pref: Vec<&[u8]> = path.iter().map(Vec::as_slice).collect();
-            edits.put(&pref, cri::CONTAINER_EXT.as_bytes(), new_raw.clone());
-            expected.push((path, new_raw));
+            let digest = sha256(&new_raw);
+            edits.put(&pref, cri::CONTAINER_EXT.as_bytes(), new_raw);
+            expected.push((path, digest));
             outcome.changed.push(rw.id.clone());
         }
         // The records' copied values are not needed past this point: not held through the
@@ -732,6 +812,7 @@ impl ContainerdStore {
         st.pages_reused = plan.reused_pages;
         st.pages_appended = plan.appended_pages;
         drop(plan);
+        crate::heap::return_freed();
 
         let t5 = Instant::now();
         drop(db);
@@ -788,21 +869,21 @@ impl ContainerdStore {
 
 impl ContainerdStore {
     /// Keeps what the apply left for [`RuntimeStore::read_back`]: `applied` in request order,
-    /// the values of the rewritten ones (`None` there) in `written`, in the same order.
+    /// the sha256 of the rewritten ones' values (`None` there) in `written`, in the same order.
     fn remember_applied(
         &self,
-        applied: Vec<(String, Hashes, Option<Vec<u8>>)>,
-        written: Vec<Vec<u8>>,
+        applied: Vec<(String, Hashes, Option<[u8; 32]>)>,
+        written: Vec<[u8; 32]>,
     ) {
         let mut written = written.into_iter();
         let mut cache = self.decode_cache();
         cache.applied.clear();
         for (id, mut h, value) in applied {
-            let Some(value) = value.or_else(|| written.next()) else {
+            let Some(digest) = value.or_else(|| written.next()) else {
                 break;
             };
-            h.sha256 = sha256(&value);
-            cache.applied.insert(id, (h, value));
+            h.sha256 = digest;
+            cache.applied.insert(id, h);
         }
     }
 }
@@ -953,6 +1034,11 @@ enum Lookup<'a> {
 }
 
 /// The value `key` in the bucket at `path` below `root`, looked up as containerd does.
+/// Both meta pages of a bolt file (what every commit rewrites one of).
+fn meta_pages<'a>(data: &'a [u8], meta: &bolt::Meta) -> &'a [u8] {
+    &data[..(2 * meta.page_size as usize).min(data.len())]
+}
+
 fn lookup<'a>(
     view: &View<'a>,
     root: Root<'a>,
@@ -975,9 +1061,9 @@ fn lookup<'a>(
 fn verify_values(
     view: &View<'_>,
     root: Root<'_>,
-    expected: &[(Vec<Vec<u8>>, Vec<u8>)],
+    expected: &[(Vec<Vec<u8>>, [u8; 32])],
 ) -> Result<(), String> {
-    for (path, value) in expected {
+    for (path, digest) in expected {
         let mut r = root;
         for b in path {
             r = view
@@ -988,7 +1074,7 @@ fn verify_values(
         let got = view
             .get(r, cri::CONTAINER_EXT.as_bytes())
             .map_err(|e| e.to_string())?;
-        if got.map(|e| e.value) != Some(value.as_slice()) {
+        if got.map(|e| sha256(e.value)) != Some(*digest) {
             return Err(format!(
                 "value at {}/{} does not read back as written",
                 path.iter().map(|p| lossy(p)).collect::<Vec<_>>().join("/"),
@@ -1017,8 +1103,12 @@ impl RuntimeStore for ContainerdStore {
     }
 
     fn scan(&self) -> Result<ScanReport, StoreError> {
-        let (db, warning, _lock) = self.read_db()?;
+        let started = std::time::SystemTime::now();
+        let (db, warning, lock) = self.read_db()?;
+        // (taken now, under the lock: what the file is while we read it)
+        let identity = lock.metadata().ok().map(|m| FileIdentity::of(&m));
         let mut report = ScanReport::default();
+        let warning_free = warning.is_none();
         report.warnings.extend(warning);
         let view = db.view();
         let check = bolt::check::check(&view, &db.meta);
@@ -1050,6 +1140,16 @@ impl RuntimeStore for ContainerdStore {
         let mut cache = self.decode_cache();
         cache.scanned.clear();
         cache.applied.clear();
+        // A snapshot read of a locked file, or a file changed just before the scan, is not
+        // worth keeping: the apply reads it again.
+        cache.read = identity
+            .filter(|id| warning_free && id.settled_before(started))
+            .map(|identity| ScanRead {
+                identity,
+                meta_pages: meta_pages(&db.data, &db.meta).to_vec(),
+                check,
+                found,
+            });
         for (r, h) in decoded {
             if let Some(h) = h {
                 cache.scanned.insert(r.id.clone(), h);

@@ -103,7 +103,7 @@ impl ContainerdStore {
             // it holds the hashes the apply put there; anything else is decoded.
             let mut out = Vec::with_capacity(ids.len());
             for id in ids {
-                let (h, value) = &applied[*id];
+                let h = &applied[*id];
                 let location = format!("{}:v1/{}/containers/{id}", self.db_path.display(), h.ns);
                 let mut r = StoreRecord::new(id.to_string(), RecordKind::Container, location);
                 let path: [&[u8]; 5] = [
@@ -126,7 +126,7 @@ impl ContainerdStore {
                         continue;
                     }
                 };
-                if raw == value.as_slice() {
+                if super::sha256(raw) == h.sha256 {
                     r.hash = h.hash.clone();
                     r.hash_without_resources = h.hash_without_resources.clone();
                 } else {
