@@ -1383,13 +1383,27 @@ fn same_key_values_as_go_bbolt_rewrite() {
 /// the same bytes.
 #[test]
 fn the_apply_reuses_the_scans_read_only_for_the_file_the_scan_read() {
+    use std::os::unix::fs::MetadataExt;
     let rewrites: Vec<Rewrite> = store_rewrites();
     let settled = Root_::new(&store_before(), &store_status());
     let committed = Root_::new(&store_before(), &store_status());
     let rewritten = Root_::new(&store_before(), &store_status());
-    // older than any file system's timestamp tick (the store's margin is 2 s)
-    std::thread::sleep(std::time::Duration::from_millis(2200));
+    // a file changed "now" as far as the scan can tell: its mtime ahead of the scan
     let racy = Root_::new(&store_before(), &store_status());
+    fs::OpenOptions::new()
+        .write(true)
+        .open(racy.db())
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60))
+        .unwrap();
+    // older than the file system's timestamp tick (the store's margin for nanosecond
+    // timestamps is 100 ms; 2 s for whole seconds)
+    let whole_seconds = fs::metadata(settled.db()).unwrap().mtime_nsec() == 0;
+    std::thread::sleep(std::time::Duration::from_millis(if whole_seconds {
+        2200
+    } else {
+        300
+    }));
     let apply_after_scan = |r: &Root_, between: &dyn Fn()| {
         let store = r.store();
         store.scan().unwrap();

@@ -97,7 +97,7 @@ struct Decoded {
 /// The apply that follows reuses them instead of checking and walking the whole file again
 /// (about a tenth of a patch on a 2,000-container node), but only for the very file the scan
 /// read: same inode, length, mtime and ctime, both meta pages byte for byte, and a ctime
-/// older than the scan by more than any file system's timestamp tick, so that no write after
+/// older than the scan by more than the file system's timestamp tick, so that no write after
 /// the scan can have left the ctime as it was (the "racy" case git's index also guards).
 /// Every bbolt commit rewrites a meta page; any other write moves the ctime.
 #[derive(Debug)]
@@ -108,10 +108,15 @@ struct ScanRead {
     found: Vec<Found>,
 }
 
-/// How far a file's ctime must lie before the scan for a later write to be sure to change it:
-/// above the coarsest timestamp any node's file system keeps (1 s on ext4 with 128-byte
-/// inodes) plus the kernel's coarse clock lag.
-const RACY_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// How far a file's ctime must lie before the scan for a later write to be sure to change it,
+/// on a file system that keeps whole seconds (ext4 with 128-byte inodes): a second plus the
+/// kernel's coarse clock lag, with room.
+const RACY_MARGIN_SECONDS: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The same where the file's timestamps have a fraction of a second, so the file system keeps
+/// them finer than a second: 10 ms at the coarsest (exFAT), behind a coarse clock that lags by
+/// a jiffy (at most 10 ms).
+const RACY_MARGIN_FINE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The fields of a file's status that any write or replacement changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,12 +140,19 @@ impl FileIdentity {
         }
     }
 
-    /// Whether the file was last changed more than [`RACY_MARGIN`] before `at`.
+    /// Whether the file was last changed long enough before `at` that any write since would
+    /// have moved its ctime ([`RACY_MARGIN_FINE`], or [`RACY_MARGIN_SECONDS`] when neither
+    /// timestamp has a fraction: a file system that may keep whole seconds only).
     fn settled_before(&self, at: std::time::SystemTime) -> bool {
         let Ok(at) = at.duration_since(std::time::UNIX_EPOCH) else {
             return false;
         };
-        let Some(limit) = at.checked_sub(RACY_MARGIN) else {
+        let margin = if self.mtime.1 != 0 || self.ctime.1 != 0 {
+            RACY_MARGIN_FINE
+        } else {
+            RACY_MARGIN_SECONDS
+        };
+        let Some(limit) = at.checked_sub(margin) else {
             return false;
         };
         let newest = self.mtime.max(self.ctime);
@@ -827,24 +839,21 @@ impl ContainerdStore {
                 ),
             });
         }
-        verify_values(&after.view(), after.root(), &expected).map_err(|reason| {
-            StoreError::Verify {
-                location: self.db_path.display().to_string(),
-                reason: format!("after commit: {reason}"),
-            }
+        // The value read-back and the whole file's sha256 at once: the hash reads the file with
+        // pread, not through the map, so it adds nothing to our residency (and on a 2-core node
+        // it costs the read-back's time, not its own).
+        let (values, whole) = std::thread::scope(|scope| {
+            let hashing = scope.spawn(|| file_sha256(&file, after.data.len() as u64));
+            let values = verify_values(&after.view(), after.root(), &expected);
+            (values, hashing.join())
+        });
+        values.map_err(|reason| StoreError::Verify {
+            location: self.db_path.display().to_string(),
+            reason: format!("after commit: {reason}"),
         })?;
-        // The whole file's sha256, a slice at a time with our residency dropped after each
-        // (hashing reads every page of the map).
-        let whole = {
-            use sha2::Digest;
-            let mut h = sha2::Sha256::new();
-            // (the read-back's residency first, so hashing adds at most one slice to it)
-            after.release();
-            for chunk in after.data.chunks(8 << 20) {
-                h.update(chunk);
-                after.release();
-            }
-            hex::encode(h.finalize())
+        let whole = match whole {
+            Ok(r) => r.map_err(|e| StoreError::io(&self.db_path, e))?,
+            Err(panic) => std::panic::resume_unwind(panic),
         };
         if by_page {
             backup.set_pages_after(&self.db_path, &after.data, whole);
@@ -853,7 +862,7 @@ impl ContainerdStore {
         }
         after.release();
         backup.finish()?;
-        // every written value was just read back from the file byte for byte
+        // every written value was just read back from the file (its sha256)
         self.remember_applied(applied, expected.into_iter().map(|(_, v)| v).collect());
         st.t_after = t5.elapsed();
 
@@ -1034,6 +1043,28 @@ enum Lookup<'a> {
 }
 
 /// The value `key` in the bucket at `path` below `root`, looked up as containerd does.
+/// The hex sha256 of the first `len` bytes of `file`, read with pread a MiB at a time.
+fn file_sha256(file: &File, len: u64) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::os::unix::fs::FileExt;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        let want = buf.len().min((len - at) as usize);
+        let n = file.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("meta.db ends at {at} while hashing its {len} bytes"),
+            ));
+        }
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
 /// Both meta pages of a bolt file (what every commit rewrites one of).
 fn meta_pages<'a>(data: &'a [u8], meta: &bolt::Meta) -> &'a [u8] {
     &data[..(2 * meta.page_size as usize).min(data.len())]
@@ -1184,6 +1215,47 @@ impl RuntimeStore for ContainerdStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file is taken as unchanged since a scan only when a write after the scan must have
+    /// moved its ctime: changed more than the file system's tick before the scan (100 ms where
+    /// timestamps carry a fraction, 2 s where they may be whole seconds), never when ahead of it.
+    #[test]
+    fn a_file_changed_within_a_timestamp_tick_of_the_scan_is_never_taken_as_settled() {
+        let scan = std::time::UNIX_EPOCH + std::time::Duration::new(1_000_000, 500_000_000);
+        let at = |ctime: (i64, i64)| FileIdentity {
+            dev: 1,
+            ino: 2,
+            len: 3,
+            mtime: ctime,
+            ctime,
+        };
+        assert!(
+            at((1_000_000, 300_000_000)).settled_before(scan),
+            "200 ms before, fine timestamps"
+        );
+        assert!(
+            !at((1_000_000, 450_000_000)).settled_before(scan),
+            "50 ms before, fine timestamps"
+        );
+        assert!(
+            !at((999_999, 0)).settled_before(scan),
+            "1.5 s before, whole seconds"
+        );
+        assert!(
+            at((999_998, 0)).settled_before(scan),
+            "2.5 s before, whole seconds"
+        );
+        assert!(
+            !at((1_000_001, 0)).settled_before(scan),
+            "ahead of the scan"
+        );
+        let mut newer_mtime = at((999_990, 1));
+        newer_mtime.mtime = (1_000_000, 499_000_000);
+        assert!(
+            !newer_mtime.settled_before(scan),
+            "the newer of mtime and ctime counts"
+        );
+    }
 
     /// A copy of our fd (what a child forked by another thread holds until it execs) must not
     /// keep meta.db locked once we are done with it: a later running check would otherwise
