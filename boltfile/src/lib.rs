@@ -840,11 +840,12 @@ impl std::ops::Deref for Data {
     }
 }
 
-/// How many bytes of a mapped file may be resident in our process ([`Residency`]): four
-/// granules, enough for a walk's upper tree levels plus the leaves it is on. Measured on the
-/// 2,000-container containerd node (67 MB meta.db), 24 MiB cost the patch 14 MB of peak RSS
-/// against 8 MiB and bought no measurable time: re-mapping a granule from the page cache is
-/// cheap next to reading it.
+/// How many bytes of a mapped file may be resident in our process ([`Residency`]) by
+/// default: four granules. This is the budget of a writer, which holds its planned pages
+/// while it checks them (on the 2,000-container containerd node, 67 MB meta.db, 24 MiB here
+/// put the patch's peak RSS 14 MB above 8 MiB); a read-only walk may take more
+/// ([`Db::map_with_budget`]): every dropped granule it reads again is mapped again, which
+/// with 8 MiB cost that node's scan about 0.1 s.
 pub const RESIDENCY_BUDGET: usize = 8 << 20;
 
 /// The unit [`Residency`] counts and drops in: a read fault of a file mapping may map the
@@ -996,6 +997,13 @@ impl Db {
     /// none before its end) is mapped over exactly the length it has, which keeps a large
     /// compacted or copied file cheap to open.
     pub fn map(file: &File) -> Result<Db, BoltError> {
+        Self::map_with_budget(file, RESIDENCY_BUDGET)
+    }
+
+    /// [`Db::map`] with another residency budget than [`RESIDENCY_BUDGET`]: a read-only walk
+    /// that holds little else can afford more of the file resident, and every granule it
+    /// keeps is one it need not map again.
+    pub fn map_with_budget(file: &File, budget: usize) -> Result<Db, BoltError> {
         let len = file
             .metadata()
             .map_err(|e| BoltError::new("file", e.to_string()))?
@@ -1012,16 +1020,18 @@ impl Db {
                     .map_err(|e| BoltError::new("file", format!("cannot map: {e}")))?,
             )
         };
-        Db::from_data(data)
+        Db::from_data_with_budget(data, budget)
     }
 
     /// Opens the bolt file held in `data` (validates the meta pages only).
     pub fn from_data(data: Data) -> Result<Db, BoltError> {
+        Self::from_data_with_budget(data, RESIDENCY_BUDGET)
+    }
+
+    fn from_data_with_budget(data: Data, budget: usize) -> Result<Db, BoltError> {
         let meta = read_meta(&data)?;
         let residency = match &data {
-            Data::Map(m) if !m.is_empty() => {
-                Some(Residency::new(m.as_ptr(), m.len(), RESIDENCY_BUDGET))
-            }
+            Data::Map(m) if !m.is_empty() => Some(Residency::new(m.as_ptr(), m.len(), budget)),
             _ => None,
         };
         Ok(Db {

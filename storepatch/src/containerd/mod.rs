@@ -462,7 +462,8 @@ impl ContainerdStore {
         let locked =
             try_flock(&file, libc::LOCK_SH).map_err(|e| StoreError::io(&self.db_path, e))?;
         if locked {
-            let db = Db::map(&file).map_err(|e| corrupt(&self.db_path, e))?;
+            let db = Db::map_with_budget(&file, READ_RESIDENCY_BUDGET)
+                .map_err(|e| corrupt(&self.db_path, e))?;
             // The caller keeps `file` (and with it the shared lock) while it reads, so a
             // containerd started meanwhile waits instead of reusing pages under us.
             Ok((db, None, file))
@@ -1064,6 +1065,13 @@ fn file_sha256(file: &File, len: u64) -> std::io::Result<String> {
     }
     Ok(hex::encode(h.finalize()))
 }
+
+/// How much of meta.db a read-only walk (scan, read-back, check) may keep resident: more than
+/// the apply's [`bolt::RESIDENCY_BUDGET`], since a read holds nothing of the size of the
+/// apply's planned pages. On the 2,000-container node (67 MB meta.db) the scan took 0.38 s
+/// with 8 MiB and 0.30–0.32 s with 32 MiB, at 35 and 39 MB of peak RSS, both below the
+/// apply's peak.
+const READ_RESIDENCY_BUDGET: usize = 32 << 20;
 
 /// Both meta pages of a bolt file (what every commit rewrites one of).
 fn meta_pages<'a>(data: &'a [u8], meta: &bolt::Meta) -> &'a [u8] {
