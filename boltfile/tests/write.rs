@@ -276,6 +276,10 @@ impl Storage for Failing<'_> {
         self.step(step)?;
         self.inner.write(step, offset, data)
     }
+    fn write_parts(&mut self, step: Step, offset: u64, parts: &[&[u8]]) -> std::io::Result<()> {
+        self.step(step)?;
+        self.inner.write_parts(step, offset, parts)
+    }
     fn sync_data(&mut self, step: Step) -> std::io::Result<()> {
         self.step(step)?;
         self.inner.sync_data(step)

@@ -98,6 +98,10 @@ mod points {
             mark(step);
             self.0.write(step, offset, data)
         }
+        fn write_parts(&mut self, step: Step, offset: u64, parts: &[&[u8]]) -> std::io::Result<()> {
+            mark(step);
+            self.0.write_parts(step, offset, parts)
+        }
         fn sync_data(&mut self, step: Step) -> std::io::Result<()> {
             mark(step);
             self.0.sync_data(step)
