@@ -196,13 +196,25 @@ mod tests {
         let want = parts.concat();
         let mut got = vec![0u8; 10 + want.len()];
         file.read_exact_at(&mut got, 0).unwrap();
-        assert_eq!(&got[..10], &[0xAA; 10], "the bytes before the offset are untouched");
-        assert!(got[10..] == want[..], "the parts, in order, from the offset");
+        assert_eq!(
+            &got[..10],
+            &[0xAA; 10],
+            "the bytes before the offset are untouched"
+        );
+        assert!(
+            got[10..] == want[..],
+            "the parts, in order, from the offset"
+        );
         let mut tail = [0u8; 1];
         let len = file.metadata().unwrap().len();
-        assert_eq!(len, (10 + want.len()).max(64) as u64, "nothing written past them");
+        assert_eq!(
+            len,
+            (10 + want.len()).max(64) as u64,
+            "nothing written past them"
+        );
         if len > (10 + want.len()) as u64 {
-            file.read_exact_at(&mut tail, 10 + want.len() as u64).unwrap();
+            file.read_exact_at(&mut tail, 10 + want.len() as u64)
+                .unwrap();
             assert_eq!(tail, [0xAA], "the bytes after them are untouched");
         }
     }
