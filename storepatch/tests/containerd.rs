@@ -1376,6 +1376,17 @@ fn same_key_values_as_go_bbolt_rewrite() {
 
 // ---------------------------------------------------------------- one decode per run
 
+/// `rewrites` with every container's target hash set to `hash` (another run's rewrite).
+fn with_hash(rewrites: &[Rewrite], hash: &str) -> Vec<Rewrite> {
+    rewrites
+        .iter()
+        .map(|rw| Rewrite {
+            hash: hash.parse().unwrap(),
+            ..rw.clone()
+        })
+        .collect()
+}
+
 /// The apply reuses the scan's consistency check and records only for the very file the scan
 /// read, and writes the same bytes as an apply that reads the file itself: not for a file
 /// changed just before the scan (a write after it could leave its timestamps as they were),
@@ -1430,13 +1441,7 @@ fn the_apply_reuses_the_scans_read_only_for_the_file_the_scan_read() {
     );
     check_clean(&settled.db());
     // a commit behind the scan's back (another hash for every container)
-    let other: Vec<Rewrite> = rewrites
-        .iter()
-        .map(|rw| Rewrite {
-            hash: "1234abcd".parse().unwrap(),
-            ..rw.clone()
-        })
-        .collect();
+    let other = with_hash(&rewrites, "1234abcd");
     let (out, st) = apply_after_scan(&committed, &|| {
         let (_d, mut b, _) = new_backup("behind");
         committed.store().apply(&other, &mut b).unwrap();
@@ -1502,13 +1507,7 @@ fn each_value_is_decoded_once_per_run_and_the_read_back_compares_bytes() {
     }
     // another run rewrites the same file behind this store's back: its read-back must see
     // that run's hashes, not what this store wrote
-    let other: Vec<Rewrite> = rewrites
-        .iter()
-        .map(|rw| Rewrite {
-            hash: "1234abcd".parse().unwrap(),
-            ..rw.clone()
-        })
-        .collect();
+    let other = with_hash(&rewrites, "1234abcd");
     let store = scanned.store();
     store.scan().unwrap();
     let (_d3, mut b3, _) = new_backup("again");

@@ -720,7 +720,8 @@ impl ContainerdStore {
         // (each written value's bucket path and sha256: the values themselves live in the
         // edits, then in the planned pages, and are not held a third time)
         let mut expected: Vec<(Vec<Vec<u8>>, [u8; 32])> = Vec::new();
-        let mut applied: Vec<(String, Hashes, Option<[u8; 32]>)> = Vec::new();
+        // (each value's hashes with the sha256 of the bytes the file will hold)
+        let mut applied: Vec<(String, Hashes)> = Vec::new();
         for ((rw, f, _, raw), res) in targets.iter().zip(results) {
             let Rewritten {
                 value, mut hashes, ..
@@ -728,10 +729,10 @@ impl ContainerdStore {
             hashes.ns = f.ns.clone();
             let Some(new_raw) = value else {
                 outcome.already.push(rw.id.clone());
-                applied.push((rw.id.clone(), hashes, Some(sha256(raw))));
+                hashes.sha256 = sha256(raw);
+                applied.push((rw.id.clone(), hashes));
                 continue;
             };
-            applied.push((rw.id.clone(), hashes, None));
             let path: Vec<Vec<u8>> = vec![
                 b"v1".to_vec(),
                 f.ns.as_bytes().to_vec(),
@@ -740,9 +741,10 @@ impl ContainerdStore {
                 b"extensions".to_vec(),
             ];
             let pref: Vec<&[u8]> = path.iter().map(Vec::as_slice).collect();
-            let digest = sha256(&new_raw);
+            hashes.sha256 = sha256(&new_raw);
             edits.put(&pref, cri::CONTAINER_EXT.as_bytes(), new_raw);
-            expected.push((path, digest));
+            expected.push((path, hashes.sha256));
+            applied.push((rw.id.clone(), hashes));
             outcome.changed.push(rw.id.clone());
         }
         // The records' copied values are not needed past this point: not held through the
@@ -752,7 +754,7 @@ impl ContainerdStore {
         drop(found);
         if edits.is_empty() {
             st.t_plan = t1.elapsed();
-            self.remember_applied(applied, Vec::new());
+            self.remember_applied(applied);
             return Ok((outcome, st));
         }
         let plan = write::plan(&db, &report, &edits).map_err(|e| corrupt(&self.db_path, e))?;
@@ -871,7 +873,7 @@ impl ContainerdStore {
         after.release();
         backup.finish()?;
         // every written value was just read back from the file (its sha256)
-        self.remember_applied(applied, expected.into_iter().map(|(_, v)| v).collect());
+        self.remember_applied(applied);
         st.t_after = t5.elapsed();
 
         st.values_changed = outcome.changed.len();
@@ -885,23 +887,11 @@ impl ContainerdStore {
 }
 
 impl ContainerdStore {
-    /// Keeps what the apply left for [`RuntimeStore::read_back`]: `applied` in request order,
-    /// the sha256 of the rewritten ones' values (`None` there) in `written`, in the same order.
-    fn remember_applied(
-        &self,
-        applied: Vec<(String, Hashes, Option<[u8; 32]>)>,
-        written: Vec<[u8; 32]>,
-    ) {
-        let mut written = written.into_iter();
+    /// Keeps what the apply left for [`RuntimeStore::read_back`]: each value's hashes and the
+    /// sha256 of the bytes it left in the file.
+    fn remember_applied(&self, applied: Vec<(String, Hashes)>) {
         let mut cache = self.decode_cache();
-        cache.applied.clear();
-        for (id, mut h, value) in applied {
-            let Some(digest) = value.or_else(|| written.next()) else {
-                break;
-            };
-            h.sha256 = digest;
-            cache.applied.insert(id, h);
-        }
+        cache.applied = applied.into_iter().collect();
     }
 }
 
