@@ -495,7 +495,7 @@ pub fn commit(file: &File, data: &[u8], plan: &Plan) -> Result<CommitStats, Comm
     commit_with(&mut FileStorage::new(file), data, plan)
 }
 
-/// The largest run of contiguous pages [`commit_with`] copies into one write.
+/// The most bytes of contiguous pages [`commit_with`] joins into one write.
 pub const WRITE_RUN_MAX: usize = 1 << 20;
 
 /// The planned pages as contiguous runs `(first page id, the pages' buffers)`, in page order:
