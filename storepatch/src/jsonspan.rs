@@ -347,10 +347,26 @@ pub fn object_path<'a>(bytes: &'a [u8], path: &[&str]) -> Result<Option<Object<'
 
 /// The members of a document that must be one object, with only whitespace around it.
 pub fn root(bytes: &[u8]) -> Result<Object<'_>, SpanError> {
+    root_with(bytes, false)
+}
+
+/// [`root`] of bytes serde_json parsed without an error (the caller's guarantee; it says
+/// where it ran): serde_json checks the grammar this scanner checks (RFC 8259 whitespace,
+/// numbers, escapes, surrogates, UTF-8, nothing after the value; its depth limit is
+/// [`MAX_DEPTH`]), so checking every byte a second time finds nothing and only costs: on a
+/// 2,000-container containerd node the second check, in the scan and again in the apply, was
+/// an eighth of a whole `patch`'s CPU. The members are found as [`root`] finds them, values
+/// skipped by finding their end, and every lookup rule (field case, ambiguous fields, string
+/// maps) applies unchanged.
+pub fn root_of_valid(bytes: &[u8]) -> Result<Object<'_>, SpanError> {
+    root_with(bytes, true)
+}
+
+fn root_with(bytes: &[u8], trusted: bool) -> Result<Object<'_>, SpanError> {
     let mut c = Cursor {
         b: bytes,
         i: 0,
-        trusted: false,
+        trusted,
     };
     c.ws();
     if c.peek() != Some(b'{') {
@@ -556,7 +572,9 @@ impl<'a> Cursor<'a> {
         self.i += 1;
         loop {
             let rest = &self.b[self.i..];
-            match rest.iter().position(|&c| c == b'"' || c == b'\\') {
+            // (memchr's vector search: the skip over a metadata document's long strings was
+            // most of a field scan of bytes serde_json had already checked)
+            match memchr::memchr2(b'"', b'\\', rest) {
                 Some(n) if rest[n] == b'"' => {
                     self.i += n + 1;
                     return self.i;

@@ -197,7 +197,8 @@ pub fn decode(raw: &[u8], type_url: &str) -> Result<(Decoded, Value), String> {
 pub fn decode_json(json: &[u8]) -> Result<(Decoded, Value), String> {
     let doc: Value =
         serde_json::from_slice(json).map_err(|e| format!("JSON does not decode: {e}"))?;
-    annotations(json)?;
+    // (serde_json parsed these bytes just above)
+    annotations_of_valid(json)?;
     decode_doc(doc)
 }
 
@@ -266,8 +267,20 @@ fn decode_doc(doc: Value) -> Result<(Decoded, Value), String> {
 /// merges repeated objects, see [`crate::jsonspan`]), and annotations the CRI plugin cannot
 /// decode (a member that is not a string, duplicates included).
 pub(crate) fn annotations(json: &[u8]) -> Result<Option<jsonspan::Object<'_>>, String> {
+    annotations_scan(jsonspan::root(json))
+}
+
+/// [`annotations`] of bytes serde_json parsed without an error ([`jsonspan::root_of_valid`]).
+pub(crate) fn annotations_of_valid(json: &[u8]) -> Result<Option<jsonspan::Object<'_>>, String> {
+    annotations_scan(jsonspan::root_of_valid(json))
+}
+
+/// [`annotations`] from the document's root object as a scan found it.
+fn annotations_scan(
+    root: Result<jsonspan::Object<'_>, jsonspan::SpanError>,
+) -> Result<Option<jsonspan::Object<'_>>, String> {
     let scan = || {
-        let root = jsonspan::root(json)?;
+        let root = root?;
         root.field("Version")?;
         let ann = root.path(&["Metadata", "Config", "annotations"])?;
         if let Some(ann) = &ann {

@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 /// the annotation values `changes` spliced in, proven: the JSON outside the spliced values is
 /// byte-identical, each new value is a JSON string of the hash form, each replaced one held
 /// what the decoder read, and the `Any` around it keeps its type URL with only the length
-/// prefix changed.
+/// prefix changed. The JSON of `raw` must be bytes serde_json parsed without an error (the
+/// apply decodes a value with serde_json unless the scan decoded the same bytes, same sha256,
+/// with [`cri::decode_json`]), so its field scan does not check every byte again.
 pub(super) fn rewrite_proven(
     raw: &[u8],
     l: &cri::AnyLayout,
@@ -23,7 +25,8 @@ pub(super) fn rewrite_proven(
     changes: &[(&str, &str)],
 ) -> Result<Vec<u8>, String> {
     let json = &raw[l.value.clone()];
-    let ann = cri::annotations(json)?.ok_or("no Metadata.Config.annotations in the metadata")?;
+    let ann =
+        cri::annotations_of_valid(json)?.ok_or("no Metadata.Config.annotations in the metadata")?;
     let mut edits = Vec::with_capacity(changes.len());
     let mut splices = Vec::with_capacity(changes.len());
     for (k, v) in changes {

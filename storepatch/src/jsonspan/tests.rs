@@ -381,3 +381,50 @@ fn descending_finds_what_a_checking_scan_finds() {
     assert_eq!(&doc[c.get("x").unwrap().value.clone()], br#""1""#);
     assert_eq!(&doc[c.get("y").unwrap().value.clone()], b"2e5");
 }
+
+/// `root_of_valid` skips the byte checks `root` makes, on the caller's word that serde_json
+/// parsed the bytes. That is sound only if every document serde_json accepts is one `root`
+/// accepts too, with the same members: checked here on every one-byte change of a document
+/// shaped like containerd's CRI metadata (escapes, numbers, nesting, duplicates) that serde_json
+/// still parses.
+#[test]
+fn what_serde_json_accepts_scans_the_same_without_the_byte_checks() {
+    let base = br#"{"Version":"v1","Metadata":{"ID":"c1","Config":{"metadata":{"name":"app","attempt":3},"annotations":{"io.kubernetes.container.hash":"1a2b3c4d","k\u00e9y":"v\"\\\/\n","dup":"a","dup":"b"},"args":["-x",-1.5e+3,true,null,[],{}]}},"z":0}"#;
+    let replacements = b" \t\n\r\"\\/{}[]:,0123456789.eE+-abnrtfuxlsz\x7f\xc3\xa9\xff";
+    let mut accepted = 0;
+    for at in 0..base.len() {
+        for &r in replacements.iter().chain(std::iter::once(&0u8)) {
+            let mut doc = base.to_vec();
+            if r == 0 {
+                doc.remove(at);
+            } else if doc[at] == r {
+                continue;
+            } else {
+                doc[at] = r;
+            }
+            if serde_json::from_slice::<serde_json::Value>(&doc).is_err() {
+                continue;
+            }
+            accepted += 1;
+            let shown = String::from_utf8_lossy(&doc).into_owned();
+            let checked = match root(&doc) {
+                Ok(o) => o,
+                Err(e) => {
+                    panic!("serde_json accepts what the checking scan refuses ({e}): {shown}")
+                }
+            };
+            let trusted = root_of_valid(&doc).expect("a document the checking scan accepts");
+            assert_eq!(trusted, checked, "same members, kinds and spans: {shown}");
+            let path = ["Metadata", "Config", "annotations"];
+            assert_eq!(
+                trusted.clone().path(&path),
+                checked.clone().path(&path),
+                "same lookup along the path: {shown}"
+            );
+        }
+    }
+    assert!(
+        accepted > 500,
+        "enough changed documents still parse to say something ({accepted})"
+    );
+}
