@@ -757,7 +757,15 @@ impl ContainerdStore {
             self.remember_applied(applied);
             return Ok((outcome, st));
         }
+        eprintln!(
+            "DBG before plan drops {:?}",
+            db.residency().map(|r| r.drops())
+        );
         let plan = write::plan(&db, &report, &edits).map_err(|e| corrupt(&self.db_path, e))?;
+        eprintln!(
+            "DBG after plan drops {:?}",
+            db.residency().map(|r| r.drops())
+        );
         // (the plan's pages hold the new values now; `expected` keeps the one other copy)
         drop(edits);
         st.t_plan = t1.elapsed();
@@ -776,6 +784,10 @@ impl ContainerdStore {
                 ),
             });
         }
+        eprintln!(
+            "DBG after check drops {:?}",
+            db.residency().map(|r| r.drops())
+        );
         verify_values(&planned, Root::Page(plan.new_meta.root), &expected).map_err(|reason| {
             StoreError::Verify {
                 location: self.db_path.display().to_string(),
@@ -783,6 +795,10 @@ impl ContainerdStore {
             }
         })?;
         st.t_verify = t2.elapsed();
+        eprintln!(
+            "DBG after verify drops {:?}",
+            db.residency().map(|r| r.drops())
+        );
 
         let t3 = Instant::now();
         let by_page = !backup.bolt_full_copy();
