@@ -350,8 +350,10 @@ pub fn root(bytes: &[u8]) -> Result<Object<'_>, SpanError> {
     root_with(bytes, false)
 }
 
-/// [`root`] of bytes serde_json parsed without an error (the caller's guarantee; it says
-/// where it ran): serde_json checks the grammar this scanner checks (RFC 8259 whitespace,
+/// [`root`] of bytes serde_json parsed into a `serde_json::Value` (or another type that reads
+/// every string) without an error: the caller's guarantee, and it says where the parse ran.
+/// Not after `serde::de::IgnoredAny`: that skips strings without checking their UTF-8 or
+/// `\u` surrogates. serde_json's parse checks the grammar this scanner checks (RFC 8259 whitespace,
 /// numbers, escapes, surrogates, UTF-8, nothing after the value; its depth limit is
 /// [`MAX_DEPTH`]), so checking every byte a second time finds nothing and only costs: on a
 /// 2,000-container containerd node the second check, in the scan and again in the apply, was

@@ -427,4 +427,18 @@ fn what_serde_json_accepts_scans_the_same_without_the_byte_checks() {
         accepted > 500,
         "enough changed documents still parse to say something ({accepted})"
     );
+    // What a Value parse refuses and an IgnoredAny parse lets through (a lone surrogate, a key
+    // that is not UTF-8): why `root_of_valid` is only for bytes parsed into a Value.
+    for doc in [&br#"{"a":"\ud800"}"#[..], b"{\"\xc3\":1}"] {
+        let shown = String::from_utf8_lossy(doc).into_owned();
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(doc).is_err(),
+            "Value refuses {shown}"
+        );
+        assert!(
+            serde_json::from_slice::<serde::de::IgnoredAny>(doc).is_ok(),
+            "IgnoredAny lets {shown} through"
+        );
+        assert!(root(doc).is_err(), "the checking scan refuses {shown}");
+    }
 }
