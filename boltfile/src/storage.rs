@@ -55,6 +55,10 @@ impl Step {
 pub trait Storage {
     /// The file's current length in bytes.
     fn file_len(&self) -> io::Result<u64>;
+    /// Fills `buf` with the file's bytes from `offset` (not a step: it changes nothing). The
+    /// commit reads what it will overwrite this way rather than through a mapping of the
+    /// file, whose pages would then stay resident in the process.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Makes `len` bytes from `offset` allocated on disk (`posix_fallocate`); `len` may be 0.
     fn allocate(&mut self, step: Step, offset: u64, len: u64) -> io::Result<()>;
     /// Writes all of `data` at `offset`.
@@ -90,6 +94,10 @@ impl<'f> FileStorage<'f> {
 impl Storage for FileStorage<'_> {
     fn file_len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
     }
 
     fn allocate(&mut self, _step: Step, offset: u64, len: u64) -> io::Result<()> {

@@ -524,6 +524,13 @@ pub fn write_runs(
     })
 }
 
+/// The original bytes of a range a commit overwrites (what it writes back if it fails).
+enum Saved {
+    Bytes(Vec<u8>),
+    /// All zero: only the length is kept.
+    Zeros(usize),
+}
+
 /// Writes `plan` through `storage` (`data` = the file's current bytes) in bbolt's order:
 /// reserve space, data pages, fdatasync, new meta page, fdatasync, one [`Storage`] call per
 /// durable step. On a failure before the meta is durable, every byte written is put back and
@@ -540,20 +547,46 @@ pub fn commit_with(
         file_len_before: len_before,
         ..Default::default()
     };
-    // Originals of every page we overwrite inside the current file, to undo a failed write.
-    let mut saved: Vec<(u64, Vec<u8>)> = Vec::new();
-    for (id, buf) in &plan.pages {
-        let off = id * ps;
-        if off < len_before {
-            let end = (off + buf.len() as u64).min(len_before);
-            saved.push((off, data[off as usize..end as usize].to_vec()));
-        }
-    }
+    // Originals of every page we overwrite inside the current file, to undo a failed write,
+    // read through `storage` (pread), not from the mapped `data`: reading them from the map
+    // made them resident in our process, and those inside the old length but past the old
+    // high-water mark (holes of a file that once was longer, where a commit appends) are
+    // most of them: on the 2,000-container node ~6 MB, counted twice (the copy and the
+    // mapping) at the patch's peak. An all-zero range is kept as its length.
+    let mut ranges: Vec<(u64, usize)> = plan
+        .pages
+        .iter()
+        .map(|(id, buf)| (id * ps, buf.len()))
+        .filter(|&(off, _)| off < len_before)
+        .map(|(off, len)| {
+            (
+                off,
+                (off + len as u64).min(len_before).saturating_sub(off) as usize,
+            )
+        })
+        .collect();
     let meta_off = plan.new_meta.page * ps;
-    saved.push((
-        meta_off,
-        data[meta_off as usize..(meta_off + ps) as usize].to_vec(),
-    ));
+    ranges.push((meta_off, ps as usize));
+    let mut saved: Vec<(u64, Saved)> = Vec::with_capacity(ranges.len());
+    for (off, len) in ranges {
+        let mut bytes = vec![0u8; len];
+        if let Err(e) = storage.read_at(off, &mut bytes) {
+            return Err(CommitError {
+                step: "reading the pages it overwrites",
+                source: e,
+                restored: true,
+                needed: None,
+            });
+        }
+        saved.push((
+            off,
+            if bytes.iter().all(|&b| b == 0) {
+                Saved::Zeros(len)
+            } else {
+                Saved::Bytes(bytes)
+            },
+        ));
+    }
     // `wrote`: whether a page may have been written. A failed reservation wrote none, and
     // writing the saved bytes back would need the very space that is missing (the pages past
     // the high-water mark may be holes): only the length is put back then.
@@ -563,7 +596,15 @@ pub fn commit_with(
                 wrote: bool|
      -> CommitError {
         let mut ok = true;
-        for (off, bytes) in saved.iter().filter(|_| wrote) {
+        for (off, original) in saved.iter().filter(|_| wrote) {
+            let zeros;
+            let bytes = match original {
+                Saved::Bytes(b) => b.as_slice(),
+                Saved::Zeros(len) => {
+                    zeros = vec![0u8; *len];
+                    zeros.as_slice()
+                }
+            };
             ok &= storage.write(Step::Undo, *off, bytes).is_ok();
         }
         if storage.file_len().unwrap_or(0) != len_before {

@@ -268,6 +268,9 @@ impl Storage for Failing<'_> {
     fn file_len(&self) -> std::io::Result<u64> {
         self.inner.file_len()
     }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
     fn allocate(&mut self, step: Step, offset: u64, len: u64) -> std::io::Result<()> {
         self.step(step)?;
         self.inner.allocate(step, offset, len)
@@ -300,9 +303,16 @@ fn failed_commit_at_every_step_restores_every_byte() {
     // the 1.7 node's meta.db cut to its in-use pages, so the commit appends and extends it
     let node = fs::read(node_db("1.7")).unwrap();
     let hwm = Db::from_bytes(node.clone()).unwrap().meta.hwm as usize;
+    // and that cut file with a tail past its high-water mark, as files that were once longer
+    // have (holes, or stale pages), where the commit appends: mostly zeros, one page not
+    let mut tail = node[..hwm * 4096].to_vec();
+    tail.extend(vec![0u8; 8 * 4096]);
+    tail.extend(vec![0xa5u8; 4096]);
+    tail.extend(vec![0u8; 7 * 4096]);
     for (name, orig) in [
         ("store synced", store_before()),
         ("node 1.7 trimmed", node[..hwm * 4096].to_vec()),
+        ("node 1.7 with a tail past its high-water mark", tail),
     ] {
         let path = put(dir.path(), name, &orig);
         let mut model = checked_kv(&orig, name);

@@ -90,6 +90,9 @@ mod points {
         fn file_len(&self) -> std::io::Result<u64> {
             self.0.file_len()
         }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.0.read_at(offset, buf)
+        }
         fn allocate(&mut self, step: Step, offset: u64, len: u64) -> std::io::Result<()> {
             mark(step);
             self.0.allocate(step, offset, len)

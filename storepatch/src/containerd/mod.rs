@@ -761,6 +761,8 @@ impl ContainerdStore {
             "DBG before plan drops {:?}",
             db.residency().map(|r| r.drops())
         );
+        // (and given back: the plan's pages are about to take their place)
+        crate::heap::return_freed();
         let plan = write::plan(&db, &report, &edits).map_err(|e| corrupt(&self.db_path, e))?;
         eprintln!(
             "DBG after plan drops {:?}",
