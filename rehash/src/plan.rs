@@ -258,14 +258,22 @@ impl Plan {
         // 2,000-container nodes (9.3 MB of pods) the parse is ~40 ms of CPU that no longer
         // waits in front of the store's scan. A pods file that does not parse is still the
         // error reported, as when it was parsed first (the scan only reads).
-        let (pods, read) = std::thread::scope(|scope| {
-            let parsing = scope.spawn(|| PodIndex::parse(pods));
+        let (parsed, read) = std::thread::scope(|scope| {
+            // The parser recurses once per nesting level, up to Go's limit of 10,000: more
+            // than a spawned thread's default 2 MiB of stack holds (the main thread has 8).
+            let parsing = std::thread::Builder::new()
+                .name("pods-parse".into())
+                .stack_size(PARSE_STACK)
+                .spawn_scoped(scope, || PodIndex::parse(pods))
+                .ok();
             let read = NodeRead::read(store, to, node);
-            (parsing.join(), read)
+            (parsing.map(|p| p.join()), read)
         });
-        let pods = match pods {
-            Ok(parsed) => parsed?,
-            Err(panic) => std::panic::resume_unwind(panic),
+        let pods = match parsed {
+            Some(Ok(parsed)) => parsed?,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            // no thread to be had: parsed here, after the read
+            None => PodIndex::parse(pods)?,
         };
         Plan::from_read(&pods, read?, store, from, to, node)
     }
@@ -981,3 +989,7 @@ impl NodeRead {
         })
     }
 }
+
+/// Stack of the thread that parses the pods file (reserved address space; only what the
+/// recursion touches becomes resident).
+const PARSE_STACK: usize = 32 << 20;

@@ -757,17 +757,9 @@ impl ContainerdStore {
             self.remember_applied(applied);
             return Ok((outcome, st));
         }
-        eprintln!(
-            "DBG before plan drops {:?}",
-            db.residency().map(|r| r.drops())
-        );
         // (and given back: the plan's pages are about to take their place)
         crate::heap::return_freed();
         let plan = write::plan(&db, &report, &edits).map_err(|e| corrupt(&self.db_path, e))?;
-        eprintln!(
-            "DBG after plan drops {:?}",
-            db.residency().map(|r| r.drops())
-        );
         // (the plan's pages hold the new values now; `expected` keeps the one other copy)
         drop(edits);
         st.t_plan = t1.elapsed();
@@ -786,10 +778,6 @@ impl ContainerdStore {
                 ),
             });
         }
-        eprintln!(
-            "DBG after check drops {:?}",
-            db.residency().map(|r| r.drops())
-        );
         verify_values(&planned, Root::Page(plan.new_meta.root), &expected).map_err(|reason| {
             StoreError::Verify {
                 location: self.db_path.display().to_string(),
@@ -797,10 +785,6 @@ impl ContainerdStore {
             }
         })?;
         st.t_verify = t2.elapsed();
-        eprintln!(
-            "DBG after verify drops {:?}",
-            db.residency().map(|r| r.drops())
-        );
 
         let t3 = Instant::now();
         let by_page = !backup.bolt_full_copy();
