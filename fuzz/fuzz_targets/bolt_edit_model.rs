@@ -75,6 +75,14 @@ impl Storage for MemStorage {
     fn file_len(&self) -> std::io::Result<u64> {
         Ok(self.0.len() as u64)
     }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let src = usize::try_from(offset)
+            .ok()
+            .and_then(|o| self.0.get(o..o.checked_add(buf.len())?))
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
     fn allocate(&mut self, _: Step, offset: u64, len: u64) -> std::io::Result<()> {
         self.grow(offset + len);
         Ok(())
