@@ -556,14 +556,9 @@ pub fn commit_with(
     let mut ranges: Vec<(u64, usize)> = plan
         .pages
         .iter()
-        .map(|(id, buf)| (id * ps, buf.len()))
+        .map(|(id, buf)| (id * ps, buf.len() as u64))
         .filter(|&(off, _)| off < len_before)
-        .map(|(off, len)| {
-            (
-                off,
-                (off + len as u64).min(len_before).saturating_sub(off) as usize,
-            )
-        })
+        .map(|(off, len)| (off, ((off + len).min(len_before) - off) as usize))
         .collect();
     let meta_off = plan.new_meta.page * ps;
     ranges.push((meta_off, ps as usize));

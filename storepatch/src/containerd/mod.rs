@@ -757,8 +757,6 @@ impl ContainerdStore {
             self.remember_applied(applied);
             return Ok((outcome, st));
         }
-        // (and given back: the plan's pages are about to take their place)
-        crate::heap::return_freed();
         let plan = write::plan(&db, &report, &edits).map_err(|e| corrupt(&self.db_path, e))?;
         // (the plan's pages hold the new values now; `expected` keeps the one other copy)
         drop(edits);
@@ -1070,8 +1068,8 @@ fn file_sha256(file: &File, len: u64) -> std::io::Result<String> {
 /// apply's planned pages. Every granule dropped is mapped again at the next read of it (the
 /// tree's pages are spread over the whole file): on the 2,000-container node (67 MB meta.db,
 /// 32 granules) the scan dropped 4,283 granules with 32 MiB and 1,492 with 48 MiB, and `plan`
-/// took 0.25–0.27 s and 0.22 s at 48 and 59 MB of peak RSS; the `patch`'s peak (62 MB, its
-/// apply) stayed where it was.
+/// took 0.25–0.27 s and 0.22 s at 48 and 59 MB of peak RSS; the `patch`'s peak (its apply)
+/// stayed where it was.
 const READ_RESIDENCY_BUDGET: usize = 48 << 20;
 
 /// Both meta pages of a bolt file (what every commit rewrites one of).
