@@ -31,6 +31,12 @@ pub struct CheckReport {
     pub freelist_synced: bool,
     /// The checked meta's high-water mark.
     pub hwm: u64,
+    /// What [`check_indexed`] learnt of every tree page, kept when the check found nothing
+    /// wrong: what lets [`check_planned`] check a transaction's tree by its new pages alone.
+    pub index: Option<std::sync::Arc<TreeIndex>>,
+    /// Tree pages (branches and leaves, a span counted once) the walk read: every one for
+    /// [`check()`], the new ones and those it could not take as checked for [`check_planned`].
+    pub walked_pages: u64,
 }
 
 impl CheckReport {
@@ -57,10 +63,105 @@ impl CheckReport {
     }
 }
 
+/// What a clean check of one tree knows of each of its pages, so that a transaction that
+/// shares most of them can be checked by its new pages alone ([`check_planned`]).
+///
+/// The walk numbers every page it marks in the order it marks them (`pre`): the pages of a
+/// node's subtree (its overflow pages, its children, the buckets nested in it and their
+/// pages) are then exactly the numbers `start..end` of that node. For each node it keeps the
+/// depths it was met at and the keys a parent's bounds are checked against, copied out (a
+/// later check reads them without touching the file).
+pub struct TreeIndex {
+    hwm: u64,
+    page_size: usize,
+    /// length of the bytes checked (a view of other bytes is not this tree)
+    data_len: usize,
+    /// how many pages the walk marked (the end of the numbers)
+    marks: u32,
+    /// mark number of each page below `hwm` (`NONE`: not reachable, or a meta page)
+    pre: Vec<u32>,
+    /// per page id: the node starting there (`None`: no tree node starts there)
+    nodes: Vec<Option<NodeInfo>>,
+    /// the keys of `NodeInfo`, end to end
+    keys: Vec<u8>,
+}
+
+impl std::fmt::Debug for TreeIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeIndex")
+            .field("hwm", &self.hwm)
+            .field("nodes", &self.nodes.iter().filter(|n| n.is_some()).count())
+            .field("key_bytes", &self.keys.len())
+            .finish()
+    }
+}
+
+const NONE: u32 = u32::MAX;
+
+/// A key copied into [`TreeIndex::keys`]: offset and length.
+#[derive(Clone, Copy, Debug)]
+struct KeyRef(u32, u32);
+
+#[derive(Clone, Copy, Debug)]
+struct NodeInfo {
+    /// mark numbers of the subtree: `start..end`
+    start: u32,
+    end: u32,
+    tree_depth: u32,
+    bucket_depth: u32,
+    /// the node's first key (the one checked against a parent's lower bound)
+    first: Option<KeyRef>,
+    /// the greatest key of the whole subtree (every key a parent's upper bound reaches)
+    max_all: Option<KeyRef>,
+    /// what the walk returned for the node (the parent's running key after it)
+    ret: Option<KeyRef>,
+}
+
+impl TreeIndex {
+    fn key(&self, k: Option<KeyRef>) -> Option<&[u8]> {
+        k.map(|KeyRef(o, l)| &self.keys[o as usize..(o + l) as usize])
+    }
+}
+
+/// The index a walk builds as it goes ([`check_indexed`]).
+struct Recorder {
+    counter: u32,
+    pre: Vec<u32>,
+    nodes: Vec<Option<NodeInfo>>,
+    keys: Vec<u8>,
+    /// too many pages for u32 numbers: no index
+    overflowed: bool,
+}
+
+impl Recorder {
+    fn key(&mut self, k: Option<&[u8]>) -> Option<KeyRef> {
+        let k = k?;
+        let off = u32::try_from(self.keys.len()).ok()?;
+        let len = u32::try_from(k.len()).ok()?;
+        if off.checked_add(len).is_none() {
+            self.overflowed = true;
+            return None;
+        }
+        self.keys.extend_from_slice(k);
+        Some(KeyRef(off, len))
+    }
+}
+
+/// The walk of [`check_planned`]: the clean tree it starts from, and the subtrees of it the
+/// new tree takes as they are.
+struct Base<'a> {
+    index: &'a TreeIndex,
+    /// `start..end` of every old subtree taken, with the page id of its node
+    taken: Vec<(u32, u32, u64)>,
+}
+
 struct Walker<'a, 'v> {
     view: &'v View<'a>,
     reachable: Vec<bool>,
     errs: Vec<String>,
+    record: Option<Recorder>,
+    base: Option<Base<'a>>,
+    walked: u64,
 }
 
 impl<'a, 'v> Walker<'a, 'v> {
@@ -86,6 +187,15 @@ impl<'a, 'v> Walker<'a, 'v> {
                 break;
             }
             *slot = true;
+            if let Some(r) = &mut self.record {
+                if let Some(p) = r.pre.get_mut(pid as usize) {
+                    *p = r.counter;
+                }
+                r.counter = r.counter.checked_add(1).unwrap_or_else(|| {
+                    r.overflowed = true;
+                    0
+                });
+            }
         }
         fresh
     }
@@ -141,6 +251,112 @@ impl<'a, 'v> Walker<'a, 'v> {
         bucket_depth: usize,
         tree_depth: usize,
     ) -> Option<&'a [u8]> {
+        if let Some(r) = self.taken(id, min_closed, max_open, path, bucket_depth, tree_depth) {
+            return r;
+        }
+        let start = self.record.as_ref().map(|r| r.counter);
+        let ret = self.check_node(id, min_closed, max_open, path, bucket_depth, tree_depth);
+        if let (Some(start), Ok(p)) = (start, self.view.page(id)) {
+            // Only a clean walk keeps its index, so the page reads as it did above and its
+            // keys are in order: its greatest key is its last (a leaf) or its last child's.
+            let elems_keys = |p: &Page<'a>| -> (Option<&'a [u8]>, Option<&'a [u8]>) {
+                let at = || String::new();
+                if p.is_branch() {
+                    let e = branch_elems(p.buf, p.count, &at).unwrap_or_default();
+                    (e.first().map(|e| e.0), e.last().map(|e| e.0))
+                } else {
+                    let e = leaf_elems(p.buf, p.count, &at).unwrap_or_default();
+                    (e.first().map(|e| e.key), e.last().map(|e| e.key))
+                }
+            };
+            let (first, last) = elems_keys(&p);
+            let last_child_max = if p.is_branch() {
+                let at = || String::new();
+                branch_elems(p.buf, p.count, &at)
+                    .ok()
+                    .and_then(|e| e.last().map(|e| e.1))
+                    .and_then(|c| self.record.as_ref()?.nodes.get(c as usize).copied()?)
+                    .and_then(|n| n.max_all)
+            } else {
+                None
+            };
+            let r = self.record.as_mut().expect("recording");
+            let first = r.key(first);
+            let max_all = match last_child_max {
+                Some(k) => Some(k),
+                None => r.key(last),
+            };
+            let ret = r.key(ret);
+            let info = NodeInfo {
+                start,
+                end: r.counter,
+                tree_depth: tree_depth as u32,
+                bucket_depth: bucket_depth as u32,
+                first,
+                max_all,
+                ret,
+            };
+            if let Some(slot) = r.nodes.get_mut(id as usize) {
+                *slot = Some(info);
+            }
+        }
+        ret
+    }
+
+    /// In [`check_planned`]: when `id` is a node of the clean tree the new tree takes as it
+    /// is (not rewritten, met at the same depths), checks only what the new tree changes for
+    /// it (its parent's bounds) and notes its pages as taken; `None` when the node must be
+    /// walked.
+    fn taken(
+        &mut self,
+        id: u64,
+        min_closed: Option<&'a [u8]>,
+        max_open: Option<&'a [u8]>,
+        path: &str,
+        bucket_depth: usize,
+        tree_depth: usize,
+    ) -> Option<Option<&'a [u8]>> {
+        let base = self.base.as_mut()?;
+        if self.view.overlay.is_some_and(|o| o.contains_key(&id)) {
+            return None;
+        }
+        let info = (*base.index.nodes.get(usize::try_from(id).ok()?)?)?;
+        if info.tree_depth as usize != tree_depth || info.bucket_depth as usize != bucket_depth {
+            return None;
+        }
+        base.taken.push((info.start, info.end, id));
+        let index: &'a TreeIndex = base.index;
+        // The old walk checked every key of the subtree against the keys around it; of the
+        // new parent's bounds, the lower one reaches only the node's first key and the upper
+        // one every key up to the subtree's greatest (all others are below a key of this
+        // node that it reaches), as in `check_node`.
+        if let (Some(min), Some(first)) = (min_closed, index.key(info.first)) {
+            if min > first {
+                self.err(format!(
+                    "page {id} (bucket {path}): first key is below the key of its parent branch"
+                ));
+            }
+        }
+        if let (Some(max), Some(greatest)) = (max_open, index.key(info.max_all)) {
+            if greatest >= max {
+                self.err(format!(
+                    "page {id} (bucket {path}): a key is not below the next key of its parent branch"
+                ));
+            }
+        }
+        Some(index.key(info.ret))
+    }
+
+    /// Checks the node at page `id` and what is under it; returns the greatest key in it.
+    fn check_node(
+        &mut self,
+        id: u64,
+        min_closed: Option<&'a [u8]>,
+        max_open: Option<&'a [u8]>,
+        path: &str,
+        bucket_depth: usize,
+        tree_depth: usize,
+    ) -> Option<&'a [u8]> {
         if tree_depth > MAX_DEPTH {
             self.err(format!(
                 "page {id} (bucket {path}): tree deeper than {MAX_DEPTH} levels"
@@ -154,6 +370,7 @@ impl<'a, 'v> Walker<'a, 'v> {
                 return None;
             }
         };
+        self.walked += 1;
         if !self.mark(id, p.overflow) {
             return None;
         }
@@ -228,11 +445,79 @@ impl<'a, 'v> Walker<'a, 'v> {
 
 /// Runs every rule on the tree of `meta` as seen through `view`.
 pub fn check(view: &View<'_>, meta: &Meta) -> CheckReport {
+    walk(view, meta, false, None)
+}
+
+/// [`check()`], keeping in the report what [`check_planned`] needs to check a transaction
+/// on this tree by its new pages alone ([`CheckReport::index`]; kept only when nothing is
+/// wrong). It costs one pass's bookkeeping and a copy of about three keys per tree page.
+pub fn check_indexed(view: &View<'_>, meta: &Meta) -> CheckReport {
+    walk(view, meta, true, None)
+}
+
+/// The same verdict as [`check()`] on the tree of a planned transaction (`view` overlays the
+/// new pages on the bytes `base` was checked on; `meta` is the new meta), walking only the
+/// new pages when `base` is a clean [`check_indexed`] report of those bytes.
+///
+/// Why that is the same: a writer puts its new pages only on pages the old tree did not
+/// reach (free ones, or past its high-water mark), so every old node the new tree refers to
+/// heads the very subtree the old check passed, byte for byte. What the new tree can change
+/// for such a subtree is checked here: the bounds its new parent puts on its keys (the lower
+/// one reaches only its first key, the upper one everything up to its greatest key), that it
+/// is met at the depths it was checked at (else it is walked), and that it is referenced once
+/// and shares no page with another (its pages are the old walk's numbers `start..end`, so
+/// two subtrees overlap exactly when their ranges do). Its pages then count as reachable,
+/// and the free pages and the freelist are checked over the whole file as [`check()`] does.
+/// When a new page lies on a page the old tree reached, or `base` has no index, this is
+/// [`check()`]. Only the verdict and the page accounting are the same: a problem inside a
+/// shared subtree may be reported at its head rather than at the page where it lies.
+pub fn check_planned(view: &View<'_>, meta: &Meta, base: &CheckReport) -> CheckReport {
+    match base.index.as_deref() {
+        Some(index) if base.is_ok() && shares_only_old_pages(view, index) => {
+            walk(view, meta, false, Some(index))
+        }
+        _ => check(view, meta),
+    }
+}
+
+/// Whether the new pages of `view` lie only where `index`'s tree reached no page, on the
+/// same bytes and page size, and the tree does not shrink.
+fn shares_only_old_pages(view: &View<'_>, index: &TreeIndex) -> bool {
+    if view.page_size != index.page_size
+        || view.hwm < index.hwm
+        || view.data.len() != index.data_len
+    {
+        return false;
+    }
+    let ps = view.page_size;
+    view.overlay.is_none_or(|o| {
+        o.iter().all(|(&id, buf)| {
+            let span = buf.len().div_ceil(ps).max(1) as u64;
+            (id..id.saturating_add(span))
+                .all(|p| p >= 2 && index.pre.get(p as usize).is_none_or(|&q| q == NONE))
+        })
+    })
+}
+
+fn walk(view: &View<'_>, meta: &Meta, record: bool, base: Option<&TreeIndex>) -> CheckReport {
     let hwm = meta.hwm;
+    let view = *view;
     let mut w = Walker {
-        view,
+        view: &view,
         reachable: vec![false; hwm as usize],
         errs: Vec::new(),
+        record: record.then(|| Recorder {
+            counter: 0,
+            pre: vec![NONE; hwm as usize],
+            nodes: vec![None; hwm as usize],
+            keys: Vec::new(),
+            overflowed: false,
+        }),
+        base: base.map(|index| Base {
+            index,
+            taken: Vec::new(),
+        }),
+        walked: 0,
     };
     w.reachable[0] = true;
     w.reachable[1] = true;
@@ -279,6 +564,9 @@ pub fn check(view: &View<'_>, meta: &Meta) -> CheckReport {
         }
     }
     w.check_bucket(Root::Page(meta.root), "", 0);
+    if let Some(base) = w.base.take() {
+        w.take_subtrees(base);
+    }
     #[allow(clippy::needless_range_loop)]
     for i in 2..hwm as usize {
         let r = w.reachable[i];
@@ -295,5 +583,53 @@ pub fn check(view: &View<'_>, meta: &Meta) -> CheckReport {
     report.reachable_pages = w.reachable.iter().filter(|r| **r).count() as u64;
     report.structural = w.errs;
     report.freelist = free_errs;
+    report.walked_pages = w.walked;
+    if let Some(r) = w.record.take() {
+        if report.is_ok() && !r.overflowed {
+            report.index = Some(std::sync::Arc::new(TreeIndex {
+                hwm,
+                page_size: view.page_size,
+                data_len: view.data.len(),
+                marks: r.counter,
+                pre: r.pre,
+                nodes: r.nodes,
+                keys: r.keys,
+            }));
+        }
+    }
     report
+}
+
+impl Walker<'_, '_> {
+    /// Marks the pages of every old subtree the new tree took as reachable, after checking
+    /// that no two of them overlap (which would be a page referenced twice).
+    fn take_subtrees(&mut self, base: Base<'_>) {
+        let Base { index, mut taken } = base;
+        taken.sort_unstable();
+        let mut covered = vec![false; index.marks as usize];
+        let mut end = 0u32;
+        for &(start, stop, id) in &taken {
+            if start < end {
+                self.err(format!(
+                    "page {id}: multiple references (cycle or shared page)"
+                ));
+            }
+            end = end.max(stop);
+            for c in &mut covered[start as usize..stop as usize] {
+                *c = true;
+            }
+        }
+        for (p, &q) in index.pre.iter().enumerate() {
+            if q == NONE || !covered[q as usize] {
+                continue;
+            }
+            if self.reachable[p] {
+                self.err(format!(
+                    "page {p}: multiple references (cycle or shared page)"
+                ));
+            } else {
+                self.reachable[p] = true;
+            }
+        }
+    }
 }

@@ -83,7 +83,9 @@
 //!   branch/leaf pages in trees, key order inside pages and against the parent branch keys),
 //!   plus what Go's check assumes silently (page header ids, element bounds, cycles, depth).
 //!   The tests also run Go bbolt's own check on every file the writer produces
-//!   (`tools/bbolt-check`, feature `test-support`).
+//!   (`tools/bbolt-check`, feature `test-support`). A planned transaction is checked by its
+//!   new pages alone ([`check::check_planned`]): the old tree's clean check
+//!   ([`check::check_indexed`]) already covers every subtree the transaction keeps as it is.
 //! * **Write** ([`write`](mod@write)): copy-on-write like `tx.Commit`: every page on the path from the
 //!   root to a changed value is written to a *new* page (first-fit from pages that are free in
 //!   the current tree, else appended after the high-water mark); the pages this transaction

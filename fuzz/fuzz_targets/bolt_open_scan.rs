@@ -69,7 +69,12 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let view = db.view();
-    let report = check::check(&view, &db.meta);
+    let report = check::check_indexed(&view, &db.meta);
+    assert_eq!(
+        report.is_ok(),
+        check::check(&view, &db.meta).is_ok(),
+        "the indexed check and the plain one agree"
+    );
     // Walks trust the structure the check proves (each page referenced once): on a file with
     // shared pages a walk may visit a page exponentially often, so, like the back-end, walk
     // only what passes the structural check.
@@ -156,6 +161,11 @@ fuzz_target!(|data: &[u8]| {
         "the planned transaction fails the check: {}",
         rep2.summary()
     );
+    // the check by the new pages alone (what the containerd apply runs) gives the same report
+    let inc = check::check_planned(&planned, &plan.new_meta, &report);
+    assert!(inc.is_ok(), "the planned check refuses: {}", inc.summary());
+    assert_eq!(inc.free, rep2.free, "the planned check's free pages");
+    assert_eq!(inc.reachable_pages, rep2.reachable_pages);
     let mut after = Vec::new();
     walk(
         &planned,

@@ -11,7 +11,8 @@
 //!   meta.db's flock (so a containerd started meanwhile waits, as it does for itself). Each
 //!   value is changed only in the annotation values and re-decoded and compared with the
 //!   expected document before anything is written; the planned tree passes the bbolt
-//!   consistency check and is re-read before the commit; the backup is durable before the
+//!   consistency check (by its new pages, on the scan's check of the old tree:
+//!   `check_planned`) and is re-read before the commit; the backup is durable before the
 //!   first write: by default the original bytes of every page the transaction overwrites and
 //!   the file's length ([`crate::backup::PageUndo`]), or a byte copy of the whole file
 //!   ([`Backup::set_bolt_full_copy`], `--backup full`); the commit is bbolt's data-pages →
@@ -635,7 +636,7 @@ impl ContainerdStore {
         let (report, found) = match scan_read {
             Some(r) => (r.check, r.found),
             None => {
-                let report = bolt::check::check(&view, &db.meta);
+                let report = bolt::check::check_indexed(&view, &db.meta);
                 let found = if report.is_ok() {
                     collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?
                 } else {
@@ -766,7 +767,7 @@ impl ContainerdStore {
         let t2 = Instant::now();
         let meta_page = plan.new_meta.encode();
         let planned = plan.view(&db.data).with_residency(db.residency());
-        let rep2 = bolt::check::check(&planned, &plan.new_meta);
+        let rep2 = bolt::check::check_planned(&planned, &plan.new_meta, &report);
         if !rep2.is_ok() {
             return Err(StoreError::Verify {
                 location: self.db_path.display().to_string(),
@@ -1149,7 +1150,7 @@ impl RuntimeStore for ContainerdStore {
         let warning_free = warning.is_none();
         report.warnings.extend(warning);
         let view = db.view();
-        let check = bolt::check::check(&view, &db.meta);
+        let check = bolt::check::check_indexed(&view, &db.meta);
         if !check.structural.is_empty() {
             return Err(corrupt(
                 &self.db_path,
