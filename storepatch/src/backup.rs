@@ -26,6 +26,7 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+pub mod chunk_digest;
 mod pages;
 pub use pages::{undo_ranges, PageUndo, PageUndoPlan};
 

@@ -450,6 +450,15 @@ fn apply_and_verify(r: &Root_, rewrites: &[Rewrite], synced: bool) -> Vec<u8> {
     assert_eq!(e.size, orig.len() as u64);
     assert_eq!(pages.size_after, Some(new_bytes.len() as u64));
     assert!(e.sha256_new.is_some());
+    assert_eq!(
+        pages.digest_after_file.as_deref(),
+        Some(backup::chunk_digest::of_bytes(&new_bytes).as_str()),
+        "the digest recorded (its unwritten chunks hashed before the commit) is the file's"
+    );
+    assert!(
+        pages.sha256_after_file.is_none(),
+        "the older fingerprint is not written"
+    );
     assert!(
         (undo.len() as u64) <= st.bytes_written,
         "the undo file ({} bytes) holds at most what the commit wrote ({})",
@@ -626,7 +635,7 @@ fn apply_bulk_2000_in_one_transaction() {
         })
         .collect();
     let len_before = fs::metadata(r.db()).unwrap().len();
-    let (_d, mut b, _) = new_backup("bulk");
+    let (_d, mut b, bdir) = new_backup("bulk");
     let (out, st) = r.store().apply_detailed(&rewrites, &mut b).unwrap();
     assert_eq!(out.changed.len(), 2000);
     check_clean(&r.db());
@@ -636,13 +645,14 @@ fn apply_bulk_2000_in_one_transaction() {
     for rw in &rewrites {
         assert_eq!(recs[&rw.id].hash, Some(rw.hash.to_string()));
     }
+    assert_digest_is_the_files(&bdir, &r.db());
 }
 
 #[test]
 fn apply_few_writes_few_pages() {
     let r = bulk_root();
     let row = &bulk_rows()[1234];
-    let (_d, mut b, _) = new_backup("one");
+    let (_d, mut b, bdir) = new_backup("one");
     let (_, st) = r
         .store()
         .apply_detailed(
@@ -657,6 +667,28 @@ fn apply_few_writes_few_pages() {
     // one leaf + its ancestors + freelist + meta, not the 42 MB file
     assert!(st.pages_written <= 16, "{st:?}");
     check_clean(&r.db());
+    assert_digest_is_the_files(&bdir, &r.db());
+}
+
+/// The page backup in `bdir` records the digest of the file at `db` as it is now, the file
+/// spanning more chunks than the commit wrote (so most were hashed before it); and rollback
+/// takes the file.
+fn assert_digest_is_the_files(bdir: &Path, db: &Path) {
+    let bytes = fs::read(db).unwrap();
+    let chunks = backup::chunk_digest::chunks(bytes.len() as u64);
+    assert!(
+        chunks >= 8,
+        "{chunks} chunks: enough to leave some unwritten"
+    );
+    let m = backup::read_manifest(bdir).unwrap();
+    let pages = m.entries[0].pages.as_ref().expect("a page backup");
+    assert_eq!(
+        pages.digest_after_file.as_deref(),
+        Some(backup::chunk_digest::of_bytes(&bytes).as_str()),
+        "the recorded digest is the file's, chunks hashed before the commit included"
+    );
+    let rb = backup::rollback(bdir, false).unwrap();
+    assert_eq!(rb.files[0].1, backup::RollbackAction::Restored);
 }
 
 // ---------------------------------------------------------------- bad input

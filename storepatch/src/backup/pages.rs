@@ -63,6 +63,11 @@ pub struct PageUndo {
     /// applies only to exactly the file the patch left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256_after_file: Option<String>,
+    /// The same fingerprint of the whole file after the commit, as a
+    /// [`chunk_digest`](super::chunk_digest) (what patches record since; a backup has this
+    /// or `sha256_after_file`, and rollback checks whichever it has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest_after_file: Option<String>,
 }
 
 /// The ranges a transaction overwrites in a file of `file_len` bytes: both meta pages and
@@ -216,6 +221,7 @@ impl Backup {
                 new_meta_sha256: sha256_hex(new_meta),
                 size_after: None,
                 sha256_after_file: None,
+                digest_after_file: None,
             }),
             intent: None,
         });
@@ -223,10 +229,11 @@ impl Backup {
     }
 
     /// Records what the commit left in the page-backed file `path` (`after` = its bytes,
-    /// `after_sha256` = their sha256, which the caller computes so that it can bound the
-    /// memory a mapped file takes meanwhile): the sha256 of its undo ranges, its length and
-    /// the sha256 of the whole file.
-    pub fn set_pages_after(&mut self, path: &Path, after: &[u8], after_sha256: String) {
+    /// `after_digest` = their [`chunk_digest`](super::chunk_digest), which the caller computes
+    /// so that it can bound the memory a mapped file takes meanwhile and hash what the commit
+    /// does not write before it): the sha256 of its undo ranges, its length and the digest
+    /// of the whole file.
+    pub fn set_pages_after(&mut self, path: &Path, after: &[u8], after_digest: String) {
         for e in &mut self.manifest.entries {
             if e.path != path {
                 continue;
@@ -234,7 +241,7 @@ impl Backup {
             if let Some(p) = &mut e.pages {
                 e.sha256_new = ranges_sha256(after, p.ranges.iter().chain(&p.zero_ranges));
                 p.size_after = Some(after.len() as u64);
-                p.sha256_after_file = Some(after_sha256.clone());
+                p.digest_after_file = Some(after_digest.clone());
             }
         }
     }
@@ -346,6 +353,9 @@ pub(super) fn check_entry(
                 && p.sha256_after_file
                     .as_ref()
                     .is_none_or(|whole| *whole == sha256_hex(&current))
+                && p.digest_after_file
+                    .as_ref()
+                    .is_none_or(|whole| *whole == super::chunk_digest::of_bytes(&current))
         }
         (None, _) if accept_unknown_new => {
             len >= entry.size && only_our_meta_written(&current, &undo, p)
@@ -472,7 +482,11 @@ mod tests {
         b.commit().unwrap();
         fs::write(&path, &patched).unwrap();
         if record_after {
-            b.set_pages_after(&path, &patched, sha256_hex(&patched));
+            b.set_pages_after(
+                &path,
+                &patched,
+                crate::backup::chunk_digest::of_bytes(&patched),
+            );
             b.finish().unwrap();
         }
         (store, path, original, patched, bk)
@@ -520,6 +534,40 @@ mod tests {
             rollback(&bk, false).unwrap().files[0].1,
             RollbackAction::Restored,
             "the file exactly as the patch left it is restored"
+        );
+    }
+
+    #[test]
+    fn a_backup_with_the_older_whole_file_sha256_rolls_back_the_same_way() {
+        let (_s, path, _original, patched, bk) = patched_file(true);
+        let mpath = bk.join(MANIFEST_NAME);
+        let mut m: serde_json::Value = serde_json::from_slice(&fs::read(&mpath).unwrap()).unwrap();
+        let pages = &mut m["entries"][0]["pages"];
+        assert!(
+            pages["digest_after_file"].is_string(),
+            "a patch records the chunk digest"
+        );
+        assert!(
+            pages.get("sha256_after_file").is_none(),
+            "and not the old field"
+        );
+        // what patches before the chunk digest recorded
+        pages.as_object_mut().unwrap().remove("digest_after_file");
+        pages["sha256_after_file"] = sha256_hex(&patched).into();
+        fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
+        let mut later = patched.clone();
+        later[3 * 4096] ^= 1;
+        fs::write(&path, &later).unwrap();
+        let e = rollback(&bk, false).unwrap_err();
+        assert!(
+            matches!(e, StoreError::RollbackConflict { .. }),
+            "the older fingerprint still refuses a byte changed outside the ranges: {e}"
+        );
+        fs::write(&path, &patched).unwrap();
+        assert_eq!(
+            rollback(&bk, false).unwrap().files[0].1,
+            RollbackAction::Restored,
+            "and restores the file the patch left"
         );
     }
 

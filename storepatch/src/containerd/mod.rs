@@ -26,7 +26,7 @@ mod proof;
 pub mod runtime;
 
 use crate::atomic::FileMeta;
-use crate::backup::{self as bolt_undo, Backup};
+use crate::backup::{self as bolt_undo, chunk_digest, Backup};
 use crate::error::StoreError;
 use crate::{
     ApplyOutcome, RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreRecord,
@@ -762,6 +762,22 @@ impl ContainerdStore {
         // (the plan's pages hold the new values now; `expected` keeps the one other copy)
         drop(edits);
         st.t_plan = t1.elapsed();
+        let by_page = !backup.bolt_full_copy();
+        // The page backup records a digest of the file the commit leaves; the chunks the
+        // commit does not write are hashed now, on a second thread, while the plan is checked
+        // and the backup and the commit wait for their fsyncs.
+        let prehash = by_page
+            .then(|| {
+                let ps = plan.new_meta.page_size as u64;
+                let writes = plan
+                    .pages
+                    .iter()
+                    .map(|(id, buf)| (id * ps, buf.len() as u64))
+                    .chain(std::iter::once((plan.new_meta.page * ps, ps)));
+                PreHash::start(&file, db.data.len() as u64, writes)
+            })
+            .transpose()
+            .map_err(|e| StoreError::io(&self.db_path, e))?;
 
         // Verify the new tree before a single byte is written.
         let t2 = Instant::now();
@@ -786,7 +802,6 @@ impl ContainerdStore {
         st.t_verify = t2.elapsed();
 
         let t3 = Instant::now();
-        let by_page = !backup.bolt_full_copy();
         if by_page {
             backup.save_pages(
                 &self.db_path,
@@ -850,11 +865,16 @@ impl ContainerdStore {
                 ),
             });
         }
-        // The value read-back and the whole file's sha256 at once: the hash reads the file with
-        // pread, not through the map, so it adds nothing to our residency (and on a 2-core node
-        // it costs the read-back's time, not its own).
+        // The value read-back and the file's digest at once (the chunks the commit wrote; the
+        // others were hashed meanwhile): the hash reads the file with pread, not through the
+        // map, so it adds nothing to our residency (and on a 2-core node it costs the
+        // read-back's time, not its own).
+        let len_after = after.data.len() as u64;
         let (values, whole) = std::thread::scope(|scope| {
-            let hashing = scope.spawn(|| file_sha256(&file, after.data.len() as u64));
+            let hashing = scope.spawn(|| match prehash {
+                Some(pre) => pre.finish(&file, len_after),
+                None => file_sha256(&file, len_after),
+            });
             let values = verify_values(&after.view(), after.root(), &expected);
             (values, hashing.join())
         });
@@ -1042,6 +1062,78 @@ enum Lookup<'a> {
 }
 
 /// The value `key` in the bucket at `path` below `root`, looked up as containerd does.
+/// The [`chunk_digest`] of meta.db after a commit, its unwritten chunks hashed while the
+/// commit is made: [`PreHash::start`] hashes, on a thread of its own, every whole chunk of the
+/// file as it is that none of the commit's writes touches (those bytes are the same after
+/// it: the commit writes nowhere else, under our exclusive lock); [`PreHash::finish`] hashes
+/// the rest after the commit and combines them. Dropped unfinished, the thread stops at its
+/// next chunk.
+struct PreHash {
+    thread: Option<std::thread::JoinHandle<std::io::Result<Vec<Option<chunk_digest::ChunkSha>>>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PreHash {
+    fn start(
+        file: &File,
+        len: u64,
+        writes: impl IntoIterator<Item = (u64, u64)>,
+    ) -> std::io::Result<PreHash> {
+        let touched = chunk_digest::touched(len, writes);
+        let file = file.try_clone()?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("meta.db hash".into())
+            .spawn(move || {
+                let mut buf = Vec::new();
+                let mut out = Vec::with_capacity(touched.len());
+                for (i, t) in touched.iter().enumerate() {
+                    let i = i as u64;
+                    // a partial last chunk grows if the commit extends the file
+                    let whole = (i + 1) * chunk_digest::CHUNK <= len;
+                    if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    out.push(match (*t, whole) {
+                        (false, true) => {
+                            Some(chunk_digest::chunk_of_file(&file, i, len, &mut buf)?)
+                        }
+                        _ => None,
+                    });
+                }
+                Ok(out)
+            })?;
+        Ok(PreHash {
+            thread: Some(thread),
+            stop,
+        })
+    }
+
+    /// The digest of the file now `len` bytes long.
+    fn finish(mut self, file: &File, len: u64) -> std::io::Result<String> {
+        let thread = self.thread.take().expect("finished once");
+        let early = match thread.join() {
+            Ok(r) => r?,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        let mut buf = Vec::new();
+        let shas = (0..chunk_digest::chunks(len))
+            .map(|i| match early.get(i as usize) {
+                Some(Some(sha)) if (i + 1) * chunk_digest::CHUNK <= len => Ok(*sha),
+                _ => chunk_digest::chunk_of_file(file, i, len, &mut buf),
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(chunk_digest::combine(len, &shas))
+    }
+}
+
+impl Drop for PreHash {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The hex sha256 of the first `len` bytes of `file`, read with pread a MiB at a time.
 fn file_sha256(file: &File, len: u64) -> std::io::Result<String> {
     use sha2::Digest;
