@@ -200,7 +200,7 @@ impl<'a, 'v> Walker<'a, 'v> {
         fresh
     }
 
-    fn check_bucket(&mut self, root: Root<'a>, path: &str, depth: usize) {
+    fn check_bucket(&mut self, root: Root<'_>, path: &str, depth: usize) {
         if depth > MAX_DEPTH {
             self.err(format!(
                 "bucket {path}: buckets nested deeper than {MAX_DEPTH}"
@@ -231,7 +231,7 @@ impl<'a, 'v> Walker<'a, 'v> {
         }
     }
 
-    fn children(&mut self, elems: &[LeafElem<'a>], path: &str, depth: usize) {
+    fn children(&mut self, elems: &[LeafElem<'_>], path: &str, depth: usize) {
         for e in elems.iter().filter(|e| e.is_bucket()) {
             let child = format!("{path}/{}", String::from_utf8_lossy(e.key));
             match bucket_root(e.value, &format!("bucket {child}")) {
@@ -241,66 +241,21 @@ impl<'a, 'v> Walker<'a, 'v> {
         }
     }
 
-    /// Checks the tree under page `id`; returns the greatest key in it.
+    /// Checks the tree under page `id`; returns the greatest key in it (a copy: the pages
+    /// are read into buffers of their own, [`View::page_copy`], which end with each call).
     fn check_tree(
         &mut self,
         id: u64,
-        min_closed: Option<&'a [u8]>,
-        max_open: Option<&'a [u8]>,
+        min_closed: Option<&[u8]>,
+        max_open: Option<&[u8]>,
         path: &str,
         bucket_depth: usize,
         tree_depth: usize,
-    ) -> Option<&'a [u8]> {
+    ) -> Option<Vec<u8>> {
         if let Some(r) = self.taken(id, min_closed, max_open, path, bucket_depth, tree_depth) {
             return r;
         }
-        let start = self.record.as_ref().map(|r| r.counter);
-        let ret = self.check_node(id, min_closed, max_open, path, bucket_depth, tree_depth);
-        if let (Some(start), Ok(p)) = (start, self.view.page(id)) {
-            // Only a clean walk keeps its index, so the page reads as it did above and its
-            // keys are in order: its greatest key is its last (a leaf) or its last child's.
-            let elems_keys = |p: &Page<'a>| -> (Option<&'a [u8]>, Option<&'a [u8]>) {
-                let at = || String::new();
-                if p.is_branch() {
-                    let e = branch_elems(p.buf, p.count, &at).unwrap_or_default();
-                    (e.first().map(|e| e.0), e.last().map(|e| e.0))
-                } else {
-                    let e = leaf_elems(p.buf, p.count, &at).unwrap_or_default();
-                    (e.first().map(|e| e.key), e.last().map(|e| e.key))
-                }
-            };
-            let (first, last) = elems_keys(&p);
-            let last_child_max = if p.is_branch() {
-                let at = || String::new();
-                branch_elems(p.buf, p.count, &at)
-                    .ok()
-                    .and_then(|e| e.last().map(|e| e.1))
-                    .and_then(|c| self.record.as_ref()?.nodes.get(c as usize).copied()?)
-                    .and_then(|n| n.max_all)
-            } else {
-                None
-            };
-            let r = self.record.as_mut().expect("recording");
-            let first = r.key(first);
-            let max_all = match last_child_max {
-                Some(k) => Some(k),
-                None => r.key(last),
-            };
-            let ret = r.key(ret);
-            let info = NodeInfo {
-                start,
-                end: r.counter,
-                tree_depth: tree_depth as u32,
-                bucket_depth: bucket_depth as u32,
-                first,
-                max_all,
-                ret,
-            };
-            if let Some(slot) = r.nodes.get_mut(id as usize) {
-                *slot = Some(info);
-            }
-        }
-        ret
+        self.check_node(id, min_closed, max_open, path, bucket_depth, tree_depth)
     }
 
     /// In [`check_planned`]: when `id` is a node of the clean tree the new tree takes as it
@@ -310,12 +265,12 @@ impl<'a, 'v> Walker<'a, 'v> {
     fn taken(
         &mut self,
         id: u64,
-        min_closed: Option<&'a [u8]>,
-        max_open: Option<&'a [u8]>,
+        min_closed: Option<&[u8]>,
+        max_open: Option<&[u8]>,
         path: &str,
         bucket_depth: usize,
         tree_depth: usize,
-    ) -> Option<Option<&'a [u8]>> {
+    ) -> Option<Option<Vec<u8>>> {
         let base = self.base.as_mut()?;
         if self.view.overlay.is_some_and(|o| o.contains_key(&id)) {
             return None;
@@ -329,7 +284,9 @@ impl<'a, 'v> Walker<'a, 'v> {
         // The old walk checked every key of the subtree against the keys around it; of the
         // new parent's bounds, the lower one reaches only the node's first key and the upper
         // one every key up to the subtree's greatest (all others are below a key of this
-        // node that it reaches), as in `check_node`.
+        // node that it reaches), as in `check_node`. (The upper one is also caught by the
+        // parent, which compares its next key with the greatest key returned, except where
+        // the subtree's last leaf is empty: checked here so the verdict never depends on it.)
         if let (Some(min), Some(first)) = (min_closed, index.key(info.first)) {
             if min > first {
                 self.err(format!(
@@ -344,33 +301,35 @@ impl<'a, 'v> Walker<'a, 'v> {
                 ));
             }
         }
-        Some(index.key(info.ret))
+        Some(index.key(info.ret).map(<[u8]>::to_vec))
     }
 
     /// Checks the node at page `id` and what is under it; returns the greatest key in it.
     fn check_node(
         &mut self,
         id: u64,
-        min_closed: Option<&'a [u8]>,
-        max_open: Option<&'a [u8]>,
+        min_closed: Option<&[u8]>,
+        max_open: Option<&[u8]>,
         path: &str,
         bucket_depth: usize,
         tree_depth: usize,
-    ) -> Option<&'a [u8]> {
+    ) -> Option<Vec<u8>> {
         if tree_depth > MAX_DEPTH {
             self.err(format!(
                 "page {id} (bucket {path}): tree deeper than {MAX_DEPTH} levels"
             ));
             return None;
         }
-        let p = match self.view.page(id) {
+        let copy = match self.view.page_copy(id) {
             Ok(p) => p,
             Err(e) => {
                 self.err(format!("{e} (bucket {path})"));
                 return None;
             }
         };
+        let p = copy.page();
         self.walked += 1;
+        let start = self.record.as_ref().map(|r| r.counter);
         if !self.mark(id, p.overflow) {
             return None;
         }
@@ -399,7 +358,8 @@ impl<'a, 'v> Walker<'a, 'v> {
                 }
             }
         };
-        if p.is_branch() {
+        // (first key, last key, last child) of the node, for the index
+        let (ret, first, last, last_child) = if p.is_branch() {
             let elems = match branch_elems(p.buf, p.count, &at) {
                 Ok(e) => e,
                 Err(e) => {
@@ -408,15 +368,16 @@ impl<'a, 'v> Walker<'a, 'v> {
                 }
             };
             let mut running = min_closed;
-            let mut max_in = None;
+            let mut max_in: Option<Vec<u8>> = None;
             for (i, (key, child)) in elems.iter().enumerate() {
                 verify(self, i, key, running);
                 let max = elems.get(i + 1).map(|(k, _)| *k).or(max_open);
                 max_in =
                     self.check_tree(*child, Some(key), max, path, bucket_depth, tree_depth + 1);
-                running = max_in.or(Some(key));
+                running = max_in.as_deref().or(Some(key));
             }
-            max_in
+            let (first, last) = (elems.first().map(|e| e.0), elems.last().map(|e| e.0));
+            (max_in, first, last, elems.last().map(|e| e.1))
         } else if p.is_leaf() {
             let elems = match leaf_elems(p.buf, p.count, &at) {
                 Ok(e) => e,
@@ -431,15 +392,42 @@ impl<'a, 'v> Walker<'a, 'v> {
                 running = Some(e.key);
             }
             self.children(&elems, path, bucket_depth);
-            elems.last().map(|e| e.key)
+            let (first, last) = (elems.first().map(|e| e.key), elems.last().map(|e| e.key));
+            (last.map(<[u8]>::to_vec), first, last, None)
         } else {
             self.err(format!(
                 "{}: invalid page type (flags {:#06x}) in a tree",
                 at(),
                 p.flags
             ));
-            None
+            return None;
+        };
+        if let (Some(start), Some(r)) = (start, self.record.as_mut()) {
+            // Only a clean walk keeps its index, so the keys are in order: the greatest key
+            // of the subtree is its last child's greatest (a branch), else its last key.
+            let last_child_max = last_child
+                .and_then(|c| r.nodes.get(c as usize).copied()?)
+                .and_then(|n| n.max_all);
+            let first = r.key(first);
+            let max_all = match last_child_max {
+                Some(k) => Some(k),
+                None => r.key(last),
+            };
+            let ret = r.key(ret.as_deref());
+            let info = NodeInfo {
+                start,
+                end: r.counter,
+                tree_depth: tree_depth as u32,
+                bucket_depth: bucket_depth as u32,
+                first,
+                max_all,
+                ret,
+            };
+            if let Some(slot) = r.nodes.get_mut(id as usize) {
+                *slot = Some(info);
+            }
         }
+        ret
     }
 }
 

@@ -446,6 +446,40 @@ impl<'a> Page<'a> {
     }
 }
 
+/// A page read into a buffer of its own, or borrowed where it already is in memory
+/// ([`View::page_copy`]).
+#[derive(Debug, Clone)]
+pub struct PageCopy<'a> {
+    id: u64,
+    flags: u16,
+    count: usize,
+    overflow: u32,
+    buf: std::borrow::Cow<'a, [u8]>,
+}
+
+impl<'a> PageCopy<'a> {
+    fn borrowed(p: Page<'a>) -> Self {
+        PageCopy {
+            id: p.id,
+            flags: p.flags,
+            count: p.count,
+            overflow: p.overflow,
+            buf: std::borrow::Cow::Borrowed(p.buf),
+        }
+    }
+
+    /// The page, borrowing this copy.
+    pub fn page(&self) -> Page<'_> {
+        Page {
+            id: self.id,
+            flags: self.flags,
+            count: self.count,
+            overflow: self.overflow,
+            buf: &self.buf,
+        }
+    }
+}
+
 /// One key/value of a leaf page (value of a bucket = its bucket header, maybe with an inline page).
 #[derive(Debug, Clone, Copy)]
 pub struct LeafElem<'a> {
@@ -458,6 +492,32 @@ pub struct LeafElem<'a> {
 }
 
 impl<'a> LeafElem<'a> {
+    /// Whether the value is a nested bucket.
+    pub fn is_bucket(&self) -> bool {
+        self.flags & BUCKET_LEAF_FLAG != 0
+    }
+}
+
+/// A leaf element copied out of its page ([`View::get_copied`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElemCopy {
+    /// Element flags: [`BUCKET_LEAF_FLAG`] for a nested bucket, else 0.
+    pub flags: u32,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value; for a nested bucket its bucket header, maybe followed by an inline page.
+    pub value: Vec<u8>,
+}
+
+impl ElemCopy {
+    fn of(e: LeafElem<'_>) -> Self {
+        ElemCopy {
+            flags: e.flags,
+            key: e.key.to_vec(),
+            value: e.value.to_vec(),
+        }
+    }
+
     /// Whether the value is a nested bucket.
     pub fn is_bucket(&self) -> bool {
         self.flags & BUCKET_LEAF_FLAG != 0
@@ -603,6 +663,9 @@ pub struct View<'a> {
     /// counted against it, and our process's residency of the mapping is dropped each time
     /// the budget is used up. `None` for bytes we own.
     pub residency: Option<&'a Residency>,
+    /// The mapped file itself ([`Db::view`] of a mapped file): [`View::page_copy`] reads its
+    /// pages with `pread` instead of through the mapping.
+    pub file: Option<&'a File>,
 }
 
 impl<'a> View<'a> {
@@ -614,6 +677,7 @@ impl<'a> View<'a> {
             page_size: meta.page_size as usize,
             hwm: meta.hwm,
             residency: None,
+            file: None,
         }
     }
 
@@ -663,6 +727,82 @@ impl<'a> View<'a> {
                 }
             }
         };
+        let (flags, count, overflow, span) = self.header(id, buf)?;
+        if let (Some(r), true) = (self.residency, overflow > 0 && buf.len() >= span) {
+            if !self.overlay.is_some_and(|o| o.contains_key(&id)) {
+                r.touch(id as usize * ps, span);
+            }
+        }
+        if buf.len() < span {
+            return Err(BoltError::new(
+                at(),
+                format!("page with {overflow} overflow pages runs past the end of the file"),
+            ));
+        }
+        Ok(Page {
+            id,
+            flags,
+            count,
+            overflow,
+            buf: &buf[..span],
+        })
+    }
+
+    /// Page `id` read with `pread` from [`View::file`] into a buffer of its own when the view
+    /// has the file and the page is not one of its overlay (else [`View::page`]), with the
+    /// same checks and errors as [`View::page`].
+    ///
+    /// Why: a walk that copies what it reads anyway (the writer's planner copies every
+    /// element of every page it rewrites) gains nothing from the mapping but its faults, and
+    /// under [`Residency`]'s budget the pages of a tree spread over the whole file map and
+    /// drop the same granules over and over; the page cache serves `pread` without mapping
+    /// anything into the process.
+    pub fn page_copy(&self, id: u64) -> Result<PageCopy<'a>, BoltError> {
+        let ps = self.page_size;
+        let off = (id as usize)
+            .checked_mul(ps)
+            .filter(|o| o + ps <= self.data.len());
+        let (file, off) = match (self.file, off) {
+            (Some(f), Some(off))
+                if id < self.hwm && !self.overlay.is_some_and(|o| o.contains_key(&id)) =>
+            {
+                (f, off)
+            }
+            // (the same errors, or the page where it already is in memory)
+            _ => return self.page(id).map(PageCopy::borrowed),
+        };
+        let at = || format!("page {id}");
+        let read = |buf: &mut [u8], at_off: usize| {
+            use std::os::unix::fs::FileExt;
+            file.read_exact_at(buf, at_off as u64)
+                .map_err(|e| BoltError::new(at(), format!("cannot read: {e}")))
+        };
+        let mut buf = vec![0u8; ps];
+        read(&mut buf, off)?;
+        let (flags, count, overflow, span) = self.header(id, &buf)?;
+        if off + span > self.data.len() {
+            return Err(BoltError::new(
+                at(),
+                format!("page with {overflow} overflow pages runs past the end of the file"),
+            ));
+        }
+        if span > ps {
+            buf.resize(span, 0);
+            read(&mut buf[ps..], off + ps)?;
+        }
+        Ok(PageCopy {
+            id,
+            flags,
+            count,
+            overflow,
+            buf: std::borrow::Cow::Owned(buf),
+        })
+    }
+
+    /// The checks of a page's header (`buf` starts at page `id`): its id, and its span
+    /// inside the high-water mark. Returns (flags, count, overflow, span in bytes).
+    fn header(&self, id: u64, buf: &[u8]) -> Result<(u16, usize, u32, usize), BoltError> {
+        let at = || format!("page {id}");
         if buf.len() < PAGE_HEADER {
             return Err(BoltError::new(at(), "page shorter than its header"));
         }
@@ -686,25 +826,7 @@ impl<'a> View<'a> {
                 ),
             ));
         }
-        let span = span_pages as usize * ps;
-        if let (Some(r), true) = (self.residency, overflow > 0 && buf.len() >= span) {
-            if !self.overlay.is_some_and(|o| o.contains_key(&id)) {
-                r.touch(id as usize * ps, span);
-            }
-        }
-        if buf.len() < span {
-            return Err(BoltError::new(
-                at(),
-                format!("page with {overflow} overflow pages runs past the end of the file"),
-            ));
-        }
-        Ok(Page {
-            id,
-            flags,
-            count,
-            overflow,
-            buf: &buf[..span],
-        })
+        Ok((flags, count, overflow, span_pages as usize * self.page_size))
     }
 
     fn tree_page(&self, id: u64) -> Result<Page<'a>, BoltError> {
@@ -789,6 +911,104 @@ impl<'a> View<'a> {
                     .binary_search_by(|e| e.key.cmp(key))
                     .ok()
                     .map(|i| elems[i]));
+            }
+            let elems = branch_elems(p.buf, p.count, &at)?;
+            if elems.is_empty() {
+                return Ok(None);
+            }
+            let i = child_index(&elems, key);
+            id = elems[i].1;
+            depth += 1;
+        }
+    }
+
+    fn tree_page_copy(&self, id: u64) -> Result<PageCopy<'a>, BoltError> {
+        let c = self.page_copy(id)?;
+        let p = c.page();
+        if !p.is_leaf() && !p.is_branch() {
+            return Err(BoltError::new(
+                format!("page {id}"),
+                format!(
+                    "expected a branch or leaf page, found flags {:#06x}",
+                    p.flags
+                ),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// [`View::for_each`] reading the pages with [`View::page_copy`]: the elements live only
+    /// as long as each call of `f` (copy what you keep), the same elements in the same order,
+    /// the same errors.
+    pub fn for_each_copied(
+        &self,
+        root: Root<'_>,
+        f: &mut dyn FnMut(LeafElem<'_>) -> Result<(), BoltError>,
+    ) -> Result<(), BoltError> {
+        match root {
+            Root::Inline(page) => {
+                for e in inline_elems(page, &|| "inline bucket".to_string())? {
+                    f(e)?;
+                }
+                Ok(())
+            }
+            Root::Page(id) => self.for_each_copied_page(id, 0, f),
+        }
+    }
+
+    fn for_each_copied_page(
+        &self,
+        id: u64,
+        depth: usize,
+        f: &mut dyn FnMut(LeafElem<'_>) -> Result<(), BoltError>,
+    ) -> Result<(), BoltError> {
+        if depth > MAX_DEPTH {
+            return Err(BoltError::new(
+                format!("page {id}"),
+                "tree deeper than 64 levels (cycle in the page graph?)",
+            ));
+        }
+        let c = self.tree_page_copy(id)?;
+        let p = c.page();
+        let at = || format!("page {id}");
+        if p.is_leaf() {
+            for e in leaf_elems(p.buf, p.count, &at)? {
+                f(e)?;
+            }
+        } else {
+            for (_, child) in branch_elems(p.buf, p.count, &at)? {
+                self.for_each_copied_page(child, depth + 1, f)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`View::get`] reading the pages with [`View::page_copy`]: the element found, copied.
+    pub fn get_copied(&self, root: Root<'_>, key: &[u8]) -> Result<Option<ElemCopy>, BoltError> {
+        let mut id = match root {
+            Root::Inline(page) => {
+                let elems = inline_elems(page, &|| "inline bucket".to_string())?;
+                return Ok(elems.into_iter().find(|e| e.key == key).map(ElemCopy::of));
+            }
+            Root::Page(id) => id,
+        };
+        let mut depth = 0usize;
+        loop {
+            if depth > MAX_DEPTH {
+                return Err(BoltError::new(
+                    format!("page {id}"),
+                    "tree deeper than 64 levels",
+                ));
+            }
+            let c = self.tree_page_copy(id)?;
+            let p = c.page();
+            let at = || format!("page {id}");
+            if p.is_leaf() {
+                let elems = leaf_elems(p.buf, p.count, &at)?;
+                return Ok(elems
+                    .binary_search_by(|e| e.key.cmp(key))
+                    .ok()
+                    .map(|i| ElemCopy::of(elems[i])));
             }
             let elems = branch_elems(p.buf, p.count, &at)?;
             if elems.is_empty() {
@@ -982,6 +1202,9 @@ pub struct Db {
     /// The meta bbolt would use ([`read_meta`]).
     pub meta: Meta,
     residency: Option<Residency>,
+    /// A duplicate of the mapped file's descriptor (only for a map): [`View::page_copy`]
+    /// reads through it.
+    file: Option<File>,
 }
 
 impl Db {
@@ -1022,7 +1245,13 @@ impl Db {
                     .map_err(|e| BoltError::new("file", format!("cannot map: {e}")))?,
             )
         };
-        Db::from_data_with_budget(data, budget)
+        let mapped = matches!(data, Data::Map(_));
+        let mut db = Db::from_data_with_budget(data, budget)?;
+        if mapped {
+            // (without it, page_copy reads through the map: slower, never wrong)
+            db.file = file.try_clone().ok();
+        }
+        Ok(db)
     }
 
     /// Opens the bolt file held in `data` (validates the meta pages only).
@@ -1040,6 +1269,7 @@ impl Db {
             data,
             meta,
             residency,
+            file: None,
         })
     }
 
@@ -1071,7 +1301,10 @@ impl Db {
 
     /// The current transaction's tree.
     pub fn view(&self) -> View<'_> {
-        View::new(&self.data, &self.meta).with_residency(self.residency())
+        View {
+            file: self.file.as_ref(),
+            ..View::new(&self.data, &self.meta).with_residency(self.residency())
+        }
     }
 
     /// The root bucket of the current transaction.

@@ -83,6 +83,7 @@ impl Plan {
             page_size: self.new_meta.page_size as usize,
             hwm: self.new_meta.hwm,
             residency: None,
+            file: None,
         }
     }
 
@@ -215,7 +216,9 @@ impl<'a, 'v> Planner<'a, 'v> {
         if depth > MAX_DEPTH {
             return Err(BoltError::new(format!("page {id}"), "tree too deep"));
         }
-        let p = self.view.page(id)?;
+        // (copied with pread: every element is copied into the new page anyway)
+        let copy = self.view.page_copy(id)?;
+        let p = copy.page();
         let at = || format!("page {id} (bucket {path})");
         if p.is_branch() {
             let elems = branch_elems(p.buf, p.count, &at)?;

@@ -286,36 +286,49 @@ impl Drop for Flocked {
     }
 }
 
-fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found>, bolt::BoltError> {
-    let v1 = view
-        .bucket(root, b"v1", "bucket v1")?
-        .ok_or_else(|| bolt::BoltError::new("bucket v1", "missing: this is not a containerd metadata store (schema v1), or containerd never initialised it"))?;
-    let mut namespaces = Vec::new();
-    view.for_each(v1, &mut |e| {
-        if e.is_bucket() {
-            namespaces.push(e);
-        }
-        Ok(())
-    })?;
-    let mut out = Vec::new();
-    for nse in namespaces {
-        let ns = lossy(nse.key);
-        let (nsr, _) = bolt::bucket_root(nse.value, &format!("bucket v1/{ns}"))?;
-        let at = format!("bucket v1/{ns}/containers");
-        let Some(containers) = view.bucket(nsr, b"containers", &at)? else {
-            continue;
-        };
-        let mut ctrs = Vec::new();
-        view.for_each(containers, &mut |e| {
+/// A key and its value, copied out of their page.
+type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// Every container bucket of every namespace. The pages are read with `pread`
+/// ([`View::for_each_copied`]), not through the mapping: what is kept is copied out anyway,
+/// and the containers' pages lie all over the file, so under the mapping's residency budget
+/// the walk would map and drop the same granules again and again.
+fn collect(view: &View<'_>, root: Root<'_>) -> Result<Vec<Found>, bolt::BoltError> {
+    // (key, value) of the bucket elements of `root`
+    let buckets_of = |r: Root<'_>| -> Result<Vec<KeyValue>, bolt::BoltError> {
+        let mut out = Vec::new();
+        view.for_each_copied(r, &mut |e| {
             if e.is_bucket() {
-                ctrs.push(e);
+                out.push((e.key.to_vec(), e.value.to_vec()));
             }
             Ok(())
         })?;
-        for ce in ctrs {
-            let id = lossy(ce.key);
+        Ok(out)
+    };
+    // the nested bucket `key` of `r`, as `View::bucket` finds it
+    let bucket = |r: Root<'_>, key: &[u8], at: &str| -> Result<Option<Vec<u8>>, bolt::BoltError> {
+        match view.get_copied(r, key)? {
+            None => Ok(None),
+            Some(e) if e.is_bucket() => Ok(Some(e.value)),
+            Some(_) => Err(bolt::BoltError::new(at, "is a value, expected a bucket")),
+        }
+    };
+    let v1 = bucket(root, b"v1", "bucket v1")?
+        .ok_or_else(|| bolt::BoltError::new("bucket v1", "missing: this is not a containerd metadata store (schema v1), or containerd never initialised it"))?;
+    let (v1, _) = bolt::bucket_root(&v1, "bucket v1")?;
+    let mut out = Vec::new();
+    for (nskey, nsval) in buckets_of(v1)? {
+        let ns = lossy(&nskey);
+        let (nsr, _) = bolt::bucket_root(&nsval, &format!("bucket v1/{ns}"))?;
+        let at = format!("bucket v1/{ns}/containers");
+        let Some(containers) = bucket(nsr, b"containers", &at)? else {
+            continue;
+        };
+        let (containers, _) = bolt::bucket_root(&containers, &at)?;
+        for (ckey, cval) in buckets_of(containers)? {
+            let id = lossy(&ckey);
             let at = format!("bucket v1/{ns}/containers/{id}");
-            let (cr, _) = bolt::bucket_root(ce.value, &at)?;
+            let (cr, _) = bolt::bucket_root(&cval, &at)?;
             let mut f = Found {
                 ns: ns.clone(),
                 id,
@@ -325,18 +338,20 @@ fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found>, bolt::Bolt
                 image: None,
             };
             let mut subs = Vec::new();
-            view.for_each(cr, &mut |e| {
+            view.for_each_copied(cr, &mut |e| {
                 match (e.key, e.is_bucket()) {
                     (b"image", false) => f.image = Some(lossy(e.value)),
-                    (b"labels", true) | (b"extensions", true) => subs.push(e),
+                    (b"labels", true) | (b"extensions", true) => {
+                        subs.push((e.key.to_vec(), e.value.to_vec()))
+                    }
                     _ => {}
                 }
                 Ok(())
             })?;
-            for s in subs {
-                let (sr, _) = bolt::bucket_root(s.value, &format!("{at}/{}", lossy(s.key)))?;
-                if s.key == b"labels" {
-                    view.for_each(sr, &mut |e| {
+            for (skey, sval) in subs {
+                let (sr, _) = bolt::bucket_root(&sval, &format!("{at}/{}", lossy(&skey)))?;
+                if skey == b"labels" {
+                    view.for_each_copied(sr, &mut |e| {
                         if !e.is_bucket() {
                             f.labels.insert(lossy(e.key), lossy(e.value));
                         }
@@ -347,12 +362,12 @@ fn collect<'a>(view: &View<'a>, root: Root<'a>) -> Result<Vec<Found>, bolt::Bolt
                         if f.ext.is_some() {
                             break;
                         }
-                        match view.get(sr, name.as_bytes())? {
+                        match view.get_copied(sr, name.as_bytes())? {
                             Some(e) if e.is_bucket() => {
                                 f.ext_problem =
                                     Some(format!("extension {name} is a bucket, not a value"))
                             }
-                            Some(e) => f.ext = Some((name, e.value.to_vec())),
+                            Some(e) => f.ext = Some((name, e.value)),
                             None => {}
                         }
                     }
