@@ -666,6 +666,10 @@ pub struct View<'a> {
     /// The mapped file itself ([`Db::view`] of a mapped file): [`View::page_copy`] reads its
     /// pages with `pread` instead of through the mapping.
     pub file: Option<&'a File>,
+    /// Pages [`View::page_copy`] may still read (`None`: no bound). A walk that may run on a
+    /// tree nobody has checked yet (one that runs beside the check) bounds its work with it:
+    /// a page shared or in a cycle would otherwise be read over and over.
+    pub read_budget: Option<&'a std::sync::atomic::AtomicU64>,
 }
 
 impl<'a> View<'a> {
@@ -678,6 +682,7 @@ impl<'a> View<'a> {
             hwm: meta.hwm,
             residency: None,
             file: None,
+            read_budget: None,
         }
     }
 
@@ -758,6 +763,18 @@ impl<'a> View<'a> {
     /// drop the same granules over and over; the page cache serves `pread` without mapping
     /// anything into the process.
     pub fn page_copy(&self, id: u64) -> Result<PageCopy<'a>, BoltError> {
+        if let Some(budget) = self.read_budget {
+            use std::sync::atomic::Ordering::Relaxed;
+            if budget
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                .is_err()
+            {
+                return Err(BoltError::new(
+                    format!("page {id}"),
+                    "read more often than a tree of this file's pages needs (shared or cyclic pages)",
+                ));
+            }
+        }
         let ps = self.page_size;
         let off = (id as usize)
             .checked_mul(ps)

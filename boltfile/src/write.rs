@@ -84,6 +84,7 @@ impl Plan {
             hwm: self.new_meta.hwm,
             residency: None,
             file: None,
+            read_budget: None,
         }
     }
 

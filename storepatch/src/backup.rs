@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 pub mod chunk_digest;
 mod pages;
-pub use pages::{undo_ranges, PageUndo, PageUndoPlan};
+pub use pages::{undo_ranges, FileBytes, Original, PageUndo, PageUndoPlan};
 
 /// The manifest's name inside a backup directory.
 pub const MANIFEST_NAME: &str = "manifest.json";

@@ -1564,3 +1564,79 @@ fn each_value_is_decoded_once_per_run_and_the_read_back_compares_bytes() {
         "changed bytes are decoded again"
     );
 }
+
+/// The scan collects the records beside the check, on a tree not checked yet: forty pages
+/// of the containers tree rewritten as a chain of branches whose two children both point at
+/// the next one (a walk without a bound would read 2^40 pages) end the collection by its
+/// page-read bound, and the scan reports the check's finding, promptly, file unchanged.
+#[test]
+fn a_containers_tree_of_shared_pages_is_refused_by_the_check_without_an_endless_walk() {
+    let mut bytes = gunzip(&store_dir().join("meta-bulk-2000.db.gz"));
+    let db = Db::from_bytes(bytes.clone()).unwrap();
+    let view = db.view();
+    let at = "test";
+    let v1 = view.bucket(db.root(), b"v1", at).unwrap().unwrap();
+    let ns = view.bucket(v1, b"k8s.io", at).unwrap().unwrap();
+    let Root::Page(branch) = view.bucket(ns, b"containers", at).unwrap().unwrap() else {
+        panic!("the bulk store's containers bucket has pages of its own");
+    };
+    assert!(
+        view.page(branch).unwrap().is_branch(),
+        "2,000 containers: a branch"
+    );
+    // the tree's leaves, in order
+    let mut leaves = Vec::new();
+    let mut todo = vec![branch];
+    while let Some(id) = todo.pop() {
+        let p = view.page(id).unwrap();
+        if p.is_leaf() {
+            leaves.push(id);
+            continue;
+        }
+        let elems = bolt::branch_elems(p.buf, p.count, &String::new).unwrap();
+        todo.extend(elems.iter().rev().map(|e| e.1));
+    }
+    assert!(leaves.len() > 41, "{} leaves", leaves.len());
+    drop(db);
+    // the root branch's first child is the chain's head
+    let first_child = branch as usize * 4096 + 16 + 8;
+    let head = leaves[1];
+    bytes[first_child..first_child + 8].copy_from_slice(&head.to_ne_bytes());
+    let chain = &leaves[1..=40];
+    for (k, &id) in chain.iter().enumerate() {
+        let next = chain.get(k + 1).copied().unwrap_or(leaves[0]);
+        let b = id as usize * 4096;
+        let page = &mut bytes[b..b + 4096];
+        page.fill(0);
+        page[..8].copy_from_slice(&id.to_ne_bytes());
+        page[8..10].copy_from_slice(&1u16.to_ne_bytes()); // branch
+        page[10..12].copy_from_slice(&2u16.to_ne_bytes());
+        for (i, key_at) in [(0usize, 48usize), (1, 49)] {
+            let e = 16 + i * 16;
+            page[e..e + 4].copy_from_slice(&((key_at - e) as u32).to_ne_bytes());
+            page[e + 4..e + 8].copy_from_slice(&1u32.to_ne_bytes());
+            page[e + 8..e + 16].copy_from_slice(&next.to_ne_bytes());
+            page[key_at] = b'a' + i as u8;
+        }
+    }
+    let r = Root_::new(&bytes, &[]);
+    let root = r.root.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(
+            store_at(&root)
+                .scan()
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+        );
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the scan of a tree of shared pages ends");
+    let e = got.expect_err("a tree of shared pages is refused");
+    assert!(
+        e.contains("multiple references"),
+        "the check's finding: {e}"
+    );
+    assert_eq!(fs::read(r.db()).unwrap(), bytes, "file unchanged");
+}

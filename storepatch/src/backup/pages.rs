@@ -100,36 +100,41 @@ fn bytes_at(data: &[u8], [off, len]: [u64; 2]) -> Option<&[u8]> {
     data.get(usize::try_from(off).ok()?..usize::try_from(off.checked_add(len)?).ok()?)
 }
 
-/// Splits the ranges after the meta pages into runs of whole pages that are all zero in
-/// `original` and runs that are not: (stored, zero).
-fn split_zero_runs(
-    original: &[u8],
-    page_size: u64,
-    ranges: Vec<[u64; 2]>,
-) -> (Vec<[u64; 2]>, Vec<[u64; 2]>) {
-    let (mut stored, mut zero): (Vec<[u64; 2]>, Vec<[u64; 2]>) = (Vec::new(), Vec::new());
-    let push = |v: &mut Vec<[u64; 2]>, off: u64, len: u64| match v.last_mut() {
-        Some([o, l]) if *o + *l == off => *l += len,
-        _ => v.push([off, len]),
-    };
-    for (i, [off, len]) in ranges.into_iter().enumerate() {
-        if i == 0 {
-            stored.push([off, len]);
-            continue;
-        }
-        let mut at = off;
-        while at < off + len {
-            let n = page_size.min(off + len - at);
-            let chunk = &original[at as usize..(at + n) as usize];
-            if chunk.iter().all(|b| *b == 0) {
-                push(&mut zero, at, n);
-            } else {
-                push(&mut stored, at, n);
-            }
-            at += n;
-        }
+/// The current bytes of a file [`Backup::save_pages`] backs up pages of.
+pub trait Original {
+    /// Its length.
+    fn size(&self) -> u64;
+    /// Fills `buf` with its bytes at `off` (inside [`Original::size`]).
+    fn read(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()>;
+}
+
+impl Original for Vec<u8> {
+    fn size(&self) -> u64 {
+        self.len() as u64
     }
-    (stored, zero)
+    fn read(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let off = off as usize;
+        buf.copy_from_slice(&self[off..off + buf.len()]);
+        Ok(())
+    }
+}
+
+/// The first `len` bytes of an open file, read with `pread`.
+pub struct FileBytes<'a> {
+    /// The file.
+    pub file: &'a std::fs::File,
+    /// How much of it.
+    pub len: u64,
+}
+
+impl Original for FileBytes<'_> {
+    fn size(&self) -> u64 {
+        self.len
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(buf, off)
+    }
 }
 
 /// sha256 of the bytes of `data` at `ranges`, one after the other; `None` when a range lies
@@ -158,12 +163,14 @@ impl Backup {
     }
 
     /// Records the original bytes of `ranges` of the bolt file `path` (`original` = its
-    /// current bytes) in a new undo file (mode 0600, fsync-ed). `new_meta` is the meta page
-    /// the transaction will write at `new_meta_offset`. Committed by [`Backup::commit`].
+    /// current bytes, read where they are: [`FileBytes`] reads a file with `pread`, so the
+    /// pages backed up are never mapped into the process) in a new undo file (mode 0600,
+    /// fsync-ed). `new_meta` is the meta page the transaction will write at
+    /// `new_meta_offset`. Committed by [`Backup::commit`].
     pub fn save_pages(
         &mut self,
         path: &Path,
-        original: &[u8],
+        original: &dyn Original,
         meta: FileMeta,
         undo: PageUndoPlan<'_>,
     ) -> Result<(), StoreError> {
@@ -173,13 +180,16 @@ impl Backup {
             new_meta_offset,
             new_meta,
         } = undo;
-        if ranges.iter().any(|r| bytes_at(original, *r).is_none()) {
+        let size = original.size();
+        if ranges
+            .iter()
+            .any(|[off, len]| off.checked_add(*len).is_none_or(|end| end > size))
+        {
             return Err(StoreError::Backup(format!(
                 "a page range to back up lies beyond the end of {}",
                 path.display()
             )));
         }
-        let (ranges, zero_ranges) = split_zero_runs(original, page_size, ranges);
         let index = self.manifest.entries.len();
         let base = path
             .file_name()
@@ -187,18 +197,43 @@ impl Backup {
             .unwrap_or_else(|| "file".into());
         let backup_file = format!("{index:06}-{base}.pages");
         let copy = self.dir.join(&backup_file);
-        let sha256_original = ranges_sha256(original, &ranges).expect("checked above");
         let mut f = create_private(&copy)?;
         self.created_files.push(copy.clone());
         fault::point("backup-pages-write");
+        // One pass over the ranges, a page at a time: the all-zero pages after the meta pages
+        // are only listed, the others written and hashed in file order.
+        let (mut stored, mut zero): (Vec<[u64; 2]>, Vec<[u64; 2]>) = (Vec::new(), Vec::new());
+        let push = |v: &mut Vec<[u64; 2]>, off: u64, len: u64| match v.last_mut() {
+            Some([o, l]) if *o + *l == off => *l += len,
+            _ => v.push([off, len]),
+        };
+        let mut h = Sha256::new();
         {
             let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
-            for [off, len] in &ranges {
-                w.write_all(&original[*off as usize..(*off + *len) as usize])
-                    .map_err(|e| StoreError::io(&copy, e))?;
+            let mut buf = vec![0u8; page_size.max(1) as usize];
+            for (i, [off, len]) in ranges.iter().enumerate() {
+                let mut at = *off;
+                while at < off + len {
+                    let n = page_size.min(off + len - at);
+                    let chunk = &mut buf[..n as usize];
+                    original
+                        .read(at, chunk)
+                        .map_err(|e| StoreError::io(path, e))?;
+                    // (the first range, the two meta pages, is always stored)
+                    if i > 0 && chunk.iter().all(|b| *b == 0) {
+                        push(&mut zero, at, n);
+                    } else {
+                        push(&mut stored, at, n);
+                        h.update(&*chunk);
+                        w.write_all(chunk).map_err(|e| StoreError::io(&copy, e))?;
+                    }
+                    at += n;
+                }
             }
             w.flush().map_err(|e| StoreError::io(&copy, e))?;
         }
+        let (ranges, zero_ranges) = (stored, zero);
+        let sha256_original = hex::encode(h.finalize());
         fault::point("backup-pages-fsync");
         f.sync_all().map_err(|e| StoreError::io(&copy, e))?;
         self.manifest.format = PAGES_FORMAT;
@@ -209,7 +244,7 @@ impl Backup {
             mode: meta.mode,
             uid: meta.uid,
             gid: meta.gid,
-            size: original.len() as u64,
+            size,
             sha256_original,
             sha256_new: None,
             set_aside: false,

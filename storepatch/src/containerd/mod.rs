@@ -820,7 +820,10 @@ impl ContainerdStore {
         if by_page {
             backup.save_pages(
                 &self.db_path,
-                &db.data,
+                &crate::backup::FileBytes {
+                    file: &file,
+                    len: db.data.len() as u64,
+                },
                 fmeta,
                 page_undo_plan(&db, &plan, &meta_page),
             )?;
@@ -1204,23 +1207,34 @@ fn lookup<'a>(
     })
 }
 
+/// Whether every value at its bucket path under `root` has its expected sha256. The pages are
+/// read with `pread` where the view has its file (the values lie all over it).
 fn verify_values(
     view: &View<'_>,
     root: Root<'_>,
     expected: &[(Vec<Vec<u8>>, [u8; 32])],
 ) -> Result<(), String> {
     for (path, digest) in expected {
-        let mut r = root;
+        // the value of the bucket reached so far (its header, maybe an inline page)
+        let mut bucket: Option<Vec<u8>> = None;
+        fn root_of<'r>(root: Root<'r>, bucket: &'r Option<Vec<u8>>) -> Result<Root<'r>, String> {
+            match bucket {
+                None => Ok(root),
+                Some(v) => Ok(bolt::bucket_root(v, "verify").map_err(|e| e.to_string())?.0),
+            }
+        }
         for b in path {
-            r = view
-                .bucket(r, b, "verify")
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("bucket {} vanished", lossy(b)))?;
+            let r = root_of(root, &bucket)?;
+            match view.get_copied(r, b).map_err(|e| e.to_string())? {
+                Some(e) if e.is_bucket() => bucket = Some(e.value),
+                Some(_) => return Err("verify: is a value, expected a bucket".to_string()),
+                None => return Err(format!("bucket {} vanished", lossy(b))),
+            }
         }
         let got = view
-            .get(r, cri::CONTAINER_EXT.as_bytes())
+            .get_copied(root_of(root, &bucket)?, cri::CONTAINER_EXT.as_bytes())
             .map_err(|e| e.to_string())?;
-        if got.map(|e| sha256(e.value)) != Some(*digest) {
+        if got.map(|e| sha256(&e.value)) != Some(*digest) {
             return Err(format!(
                 "value at {}/{} does not read back as written",
                 path.iter().map(|p| lossy(p)).collect::<Vec<_>>().join("/"),
@@ -1257,7 +1271,28 @@ impl RuntimeStore for ContainerdStore {
         let warning_free = warning.is_none();
         report.warnings.extend(warning);
         let view = db.view();
-        let check = bolt::check::check_indexed(&view, &db.meta);
+        // The check, and the records' collection and decoding, at once: the walks read the
+        // same file with pread, and the decoding is the scan's largest part. The collection
+        // runs on a tree not yet checked, so its page reads are bounded (a tree of this many
+        // pages needs each once, and its lookups a few per container): a shared or cyclic
+        // page ends it with an error instead of a walk without end, and the check's finding
+        // is what is reported, as when it ran first.
+        let budget = std::sync::atomic::AtomicU64::new(4 * db.meta.hwm + 100_000);
+        let bounded = View {
+            read_budget: Some(&budget),
+            ..view
+        };
+        let (check, collected) = rayon::join(
+            || bolt::check::check_indexed(&view, &db.meta),
+            || {
+                let found = collect(&bounded, db.root())?;
+                // Decoding ~2.7 KB of JSON and reading a status file per container: parallel.
+                use rayon::prelude::*;
+                let decoded: Vec<(StoreRecord, Option<Hashes>)> =
+                    found.par_iter().map(|f| self.record_decoded(f)).collect();
+                Ok::<_, bolt::BoltError>((found, decoded))
+            },
+        );
         if !check.structural.is_empty() {
             return Err(corrupt(
                 &self.db_path,
@@ -1277,12 +1312,7 @@ impl RuntimeStore for ContainerdStore {
                 .about(&self.db_path),
             );
         }
-        let found = collect(&view, db.root()).map_err(|e| corrupt(&self.db_path, e))?;
-        // Decoding ~2.7 KB of JSON and reading a status file per container: parallel.
-        let decoded: Vec<(StoreRecord, Option<Hashes>)> = {
-            use rayon::prelude::*;
-            found.par_iter().map(|f| self.record_decoded(f)).collect()
-        };
+        let (found, decoded) = collected.map_err(|e| corrupt(&self.db_path, e))?;
         let mut cache = self.decode_cache();
         cache.scanned.clear();
         cache.applied.clear();
@@ -1302,6 +1332,9 @@ impl RuntimeStore for ContainerdStore {
             }
             report.records.push(r);
         }
+        // The decoding ran on every thread, and glibc keeps what each thread freed in that
+        // thread's arena, where the apply's allocations (on this thread) do not reuse it.
+        crate::heap::return_freed();
         Ok(report)
     }
 
