@@ -9,6 +9,7 @@
 use super::check::CheckReport;
 use super::storage::{FileStorage, Step, Storage};
 use super::*;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// Values to replace, by bucket path. Only existing, non-bucket keys can be replaced.
@@ -124,6 +125,10 @@ impl Allocator {
     }
 }
 
+/// One element of a node being written: (flags, key, value); borrowed from the page it is
+/// copied from or from the edits, owned where it is new (a child's page id, a bucket header).
+type Elem<'x> = (u32, Cow<'x, [u8]>, Cow<'x, [u8]>);
+
 struct Planner<'a, 'v> {
     view: &'v View<'a>,
     ps: usize,
@@ -134,21 +139,21 @@ struct Planner<'a, 'v> {
 
 /// Encodes a leaf or branch node into a fresh zeroed buffer of whole pages.
 /// `elems` = (flags, key, value) for leaves, (0, key, pgid bytes) for branches.
-fn node_size(elems: &[(u32, Vec<u8>, Vec<u8>)], leaf: bool) -> usize {
+fn node_size<K: AsRef<[u8]>, V: AsRef<[u8]>>(elems: &[(u32, K, V)], leaf: bool) -> usize {
     PAGE_HEADER
         + elems
             .iter()
-            .map(|(_, k, v)| ELEM_SIZE + k.len() + if leaf { v.len() } else { 0 })
+            .map(|(_, k, v)| ELEM_SIZE + k.as_ref().len() + if leaf { v.as_ref().len() } else { 0 })
             .sum::<usize>()
 }
 
 /// Writes one branch or leaf node (header, element table, keys and values) into `buf`, the
 /// way bbolt lays out a page; shared by the copy-on-write writer and the bulk builder.
-pub(super) fn encode_node(
+pub(super) fn encode_node<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     buf: &mut [u8],
     id: u64,
     leaf: bool,
-    elems: &[(u32, Vec<u8>, Vec<u8>)],
+    elems: &[(u32, K, V)],
     overflow: u32,
 ) {
     wr_u64(buf, 0, id);
@@ -157,6 +162,7 @@ pub(super) fn encode_node(
     wr_u32(buf, 12, overflow);
     let mut off = PAGE_HEADER + ELEM_SIZE * elems.len();
     for (i, (flags, k, v)) in elems.iter().enumerate() {
+        let (k, v) = (k.as_ref(), v.as_ref());
         let e = PAGE_HEADER + i * ELEM_SIZE;
         let pos = (off - e) as u32;
         if leaf {
@@ -186,12 +192,7 @@ impl<'a, 'v> Planner<'a, 'v> {
     }
 
     /// Writes a node to newly allocated pages; returns its page id.
-    fn write_node(
-        &mut self,
-        leaf: bool,
-        elems: &[(u32, Vec<u8>, Vec<u8>)],
-        at: &str,
-    ) -> Result<u64, BoltError> {
+    fn write_node(&mut self, leaf: bool, elems: &[Elem<'_>], at: &str) -> Result<u64, BoltError> {
         if elems.len() > 0xFFFF {
             return Err(BoltError::new(at, "more than 65535 elements in one page"));
         }
@@ -230,21 +231,28 @@ impl<'a, 'v> Planner<'a, 'v> {
             for k in keys {
                 groups.entry(child_index(&elems, k)).or_default().push(k);
             }
-            let mut out: Vec<(u32, Vec<u8>, Vec<u8>)> = elems
+            let mut out: Vec<Elem<'_>> = elems
                 .iter()
-                .map(|(k, c)| (0u32, k.to_vec(), c.to_ne_bytes().to_vec()))
+                .map(|(k, c)| {
+                    (
+                        0u32,
+                        Cow::Borrowed(*k),
+                        Cow::Owned(c.to_ne_bytes().to_vec()),
+                    )
+                })
                 .collect();
             for (i, ks) in groups {
                 let new_child = self.rewrite_tree(elems[i].1, node, &ks, path, depth + 1)?;
-                out[i].2 = new_child.to_ne_bytes().to_vec();
+                out[i].2 = Cow::Owned(new_child.to_ne_bytes().to_vec());
             }
             self.free_span(id, p.overflow);
             self.write_node(false, &out, &at())
         } else if p.is_leaf() {
             let elems = leaf_elems(p.buf, p.count, &at)?;
-            let mut out: Vec<(u32, Vec<u8>, Vec<u8>)> = elems
+            // (borrowed from the page's copy; only the replaced values are new)
+            let mut out: Vec<Elem<'_>> = elems
                 .iter()
-                .map(|e| (e.flags, e.key.to_vec(), e.value.to_vec()))
+                .map(|e| (e.flags, Cow::Borrowed(e.key), Cow::Borrowed(e.value)))
                 .collect();
             self.apply_in_leaf(&mut out, node, keys, path, depth)?;
             self.free_span(id, p.overflow);
@@ -257,10 +265,10 @@ impl<'a, 'v> Planner<'a, 'v> {
         }
     }
 
-    fn apply_in_leaf(
+    fn apply_in_leaf<'e>(
         &mut self,
-        out: &mut [(u32, Vec<u8>, Vec<u8>)],
-        node: &EditNode,
+        out: &mut [Elem<'e>],
+        node: &'e EditNode,
         keys: &[&[u8]],
         path: &str,
         depth: usize,
@@ -268,7 +276,7 @@ impl<'a, 'v> Planner<'a, 'v> {
         for k in keys {
             let kname = String::from_utf8_lossy(k).into_owned();
             let i = out
-                .binary_search_by(|(_, ek, _)| ek.as_slice().cmp(k))
+                .binary_search_by(|(_, ek, _)| ek.as_ref().cmp(k))
                 .map_err(|_| {
                     BoltError::new(
                         format!("bucket {path}"),
@@ -289,7 +297,7 @@ impl<'a, 'v> Planner<'a, 'v> {
                         format!("key {kname:?} edited both as value and bucket"),
                     ));
                 }
-                out[i].2 = v.clone();
+                out[i].2 = Cow::Borrowed(v.as_slice());
             } else if let Some(child) = node.buckets.get(*k) {
                 if !is_bucket {
                     return Err(BoltError::new(
@@ -298,8 +306,8 @@ impl<'a, 'v> Planner<'a, 'v> {
                     ));
                 }
                 let cpath = format!("{path}/{kname}");
-                out[i].2 =
-                    self.rewrite_bucket_value(&out[i].2.clone(), child, &cpath, depth + 1)?;
+                let new = self.rewrite_bucket_value(&out[i].2, child, &cpath, depth + 1)?;
+                out[i].2 = Cow::Owned(new);
             }
         }
         Ok(())
@@ -332,9 +340,9 @@ impl<'a, 'v> Planner<'a, 'v> {
             Root::Inline(page) => {
                 let at = || format!("inline bucket {path}");
                 let elems = inline_elems(page, &at)?;
-                let mut out: Vec<(u32, Vec<u8>, Vec<u8>)> = elems
+                let mut out: Vec<Elem<'_>> = elems
                     .iter()
-                    .map(|e| (e.flags, e.key.to_vec(), e.value.to_vec()))
+                    .map(|e| (e.flags, Cow::Borrowed(e.key), Cow::Borrowed(e.value)))
                     .collect();
                 self.apply_in_leaf(&mut out, node, &keys, path, depth)?;
                 let size = node_size(&out, true);

@@ -56,7 +56,7 @@ pub fn of_bytes(bytes: &[u8]) -> String {
     combine(len, &shas)
 }
 
-/// The sha256 of chunk `i` of `file` (`len` bytes long), read with pread [`READ`] bytes at a
+/// The sha256 of chunk `i` of `file` (`len` bytes long), read with pread 256 KiB at a
 /// time into `buf`: through the page cache, not a mapping, so the bytes hashed add nothing to
 /// the process's resident memory but the buffer.
 pub fn chunk_of_file(
