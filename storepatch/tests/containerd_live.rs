@@ -333,6 +333,25 @@ fn run_line(line: Line) {
             hash_without_resources: None,
         })
         .collect();
+    // containerd commits on its own (its garbage collection after a removed sandbox runs
+    // whenever it likes), so between two reads of meta.db the running daemon may change it:
+    // it is frozen (SIGSTOP) for the probe. Frozen, it keeps meta.db's flock and the apply
+    // must still be refused for it, and any byte that changes is the apply's.
+    let daemon = h.daemon.as_ref().expect("containerd runs").id() as i32;
+    struct Thaw(i32);
+    impl Drop for Thaw {
+        fn drop(&mut self) {
+            // SAFETY: a signal to our own daemon's pid.
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { libc::kill(daemon, libc::SIGSTOP) },
+        0,
+        "freeze containerd"
+    );
+    let thaw = Thaw(daemon);
     let before_refusal = fs::read(&db).unwrap();
     let e = store
         .apply(
@@ -349,6 +368,7 @@ fn run_line(line: Line) {
         before_refusal,
         "refused apply wrote meta.db"
     );
+    drop(thaw);
     drop(cri);
 
     // stop containerd: shims and containers keep running
