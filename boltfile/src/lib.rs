@@ -468,6 +468,22 @@ impl<'a> PageCopy<'a> {
         }
     }
 
+    /// The page with the lifetime of the bytes it borrows, when it borrows them (read
+    /// through the map, from bytes in memory or from an overlay); `None` for a page read
+    /// into a buffer of its own.
+    fn borrowed_page(&self) -> Option<Page<'a>> {
+        match self.buf {
+            std::borrow::Cow::Borrowed(buf) => Some(Page {
+                id: self.id,
+                flags: self.flags,
+                count: self.count,
+                overflow: self.overflow,
+                buf,
+            }),
+            std::borrow::Cow::Owned(_) => None,
+        }
+    }
+
     /// The page, borrowing this copy.
     pub fn page(&self) -> Page<'_> {
         Page {
@@ -847,17 +863,74 @@ impl<'a> View<'a> {
     }
 
     fn tree_page(&self, id: u64) -> Result<Page<'a>, BoltError> {
-        let p = self.page(id)?;
-        if !p.is_leaf() && !p.is_branch() {
+        tree_only(self.page(id)?)
+    }
+
+    fn tree_page_copy(&self, id: u64) -> Result<PageCopy<'a>, BoltError> {
+        let c = self.page_copy(id)?;
+        tree_only(c.page())?;
+        Ok(c)
+    }
+
+    /// A tree page, as the walks below read it through the map (or the bytes in memory).
+    fn tree_page_here(&self, id: u64) -> Result<PageCopy<'a>, BoltError> {
+        self.tree_page(id).map(PageCopy::borrowed)
+    }
+
+    /// Calls `leaf` for every leaf page of the tree under page `id`, in key order, each read
+    /// with `fetch` (through the map, or with `pread`: the walk is the same).
+    fn for_each_leaf(
+        &self,
+        id: u64,
+        depth: usize,
+        fetch: &dyn Fn(u64) -> Result<PageCopy<'a>, BoltError>,
+        leaf: &mut dyn FnMut(&PageCopy<'a>) -> Result<(), BoltError>,
+    ) -> Result<(), BoltError> {
+        if depth > MAX_DEPTH {
             return Err(BoltError::new(
                 format!("page {id}"),
-                format!(
-                    "expected a branch or leaf page, found flags {:#06x}",
-                    p.flags
-                ),
+                "tree deeper than 64 levels (cycle in the page graph?)",
             ));
         }
-        Ok(p)
+        let c = fetch(id)?;
+        let p = c.page();
+        if p.is_leaf() {
+            return leaf(&c);
+        }
+        for (_, child) in branch_elems(p.buf, p.count, &|| format!("page {id}"))? {
+            self.for_each_leaf(child, depth + 1, fetch, leaf)?;
+        }
+        Ok(())
+    }
+
+    /// bbolt's search for `key` in the tree under page `id`: the leaf page where it would be
+    /// (`None`: an empty branch on the way), each page read with `fetch`.
+    fn leaf_for(
+        &self,
+        mut id: u64,
+        key: &[u8],
+        fetch: &dyn Fn(u64) -> Result<PageCopy<'a>, BoltError>,
+    ) -> Result<Option<PageCopy<'a>>, BoltError> {
+        let mut depth = 0usize;
+        loop {
+            if depth > MAX_DEPTH {
+                return Err(BoltError::new(
+                    format!("page {id}"),
+                    "tree deeper than 64 levels",
+                ));
+            }
+            let c = fetch(id)?;
+            let p = c.page();
+            if p.is_leaf() {
+                return Ok(Some(c));
+            }
+            let elems = branch_elems(p.buf, p.count, &|| format!("page {id}"))?;
+            if elems.is_empty() {
+                return Ok(None);
+            }
+            id = elems[child_index(&elems, key)].1;
+            depth += 1;
+        }
     }
 
     /// Calls `f` for every key/value of the bucket, in key order.
@@ -873,85 +946,31 @@ impl<'a> View<'a> {
                 }
                 Ok(())
             }
-            Root::Page(id) => self.for_each_page(id, 0, f),
+            Root::Page(id) => self.for_each_leaf(id, 0, &|id| self.tree_page_here(id), &mut |c| {
+                let p = c.borrowed_page().expect("read where the bytes are");
+                for e in leaf_elems(p.buf, p.count, &|| format!("page {}", p.id))? {
+                    f(e)?;
+                }
+                Ok(())
+            }),
         }
-    }
-
-    fn for_each_page(
-        &self,
-        id: u64,
-        depth: usize,
-        f: &mut dyn FnMut(LeafElem<'a>) -> Result<(), BoltError>,
-    ) -> Result<(), BoltError> {
-        if depth > MAX_DEPTH {
-            return Err(BoltError::new(
-                format!("page {id}"),
-                "tree deeper than 64 levels (cycle in the page graph?)",
-            ));
-        }
-        let p = self.tree_page(id)?;
-        let at = || format!("page {id}");
-        if p.is_leaf() {
-            for e in leaf_elems(p.buf, p.count, &at)? {
-                f(e)?;
-            }
-        } else {
-            for (_, child) in branch_elems(p.buf, p.count, &at)? {
-                self.for_each_page(child, depth + 1, f)?;
-            }
-        }
-        Ok(())
     }
 
     /// The element with exactly `key` in the bucket, if any.
     pub fn get(&self, root: Root<'a>, key: &[u8]) -> Result<Option<LeafElem<'a>>, BoltError> {
-        let mut id = match root {
+        let id = match root {
             Root::Inline(page) => {
                 let elems = inline_elems(page, &|| "inline bucket".to_string())?;
                 return Ok(elems.into_iter().find(|e| e.key == key));
             }
             Root::Page(id) => id,
         };
-        let mut depth = 0usize;
-        loop {
-            if depth > MAX_DEPTH {
-                return Err(BoltError::new(
-                    format!("page {id}"),
-                    "tree deeper than 64 levels",
-                ));
-            }
-            let p = self.tree_page(id)?;
-            let at = || format!("page {id}");
-            if p.is_leaf() {
-                let elems = leaf_elems(p.buf, p.count, &at)?;
-                return Ok(elems
-                    .binary_search_by(|e| e.key.cmp(key))
-                    .ok()
-                    .map(|i| elems[i]));
-            }
-            let elems = branch_elems(p.buf, p.count, &at)?;
-            if elems.is_empty() {
-                return Ok(None);
-            }
-            let i = child_index(&elems, key);
-            id = elems[i].1;
-            depth += 1;
-        }
-    }
-
-    fn tree_page_copy(&self, id: u64) -> Result<PageCopy<'a>, BoltError> {
-        let c = self.page_copy(id)?;
-        let p = c.page();
-        if !p.is_leaf() && !p.is_branch() {
-            return Err(BoltError::new(
-                format!("page {id}"),
-                format!(
-                    "expected a branch or leaf page, found flags {:#06x}",
-                    p.flags
-                ),
-            ));
-        }
-        Ok(c)
+        let Some(c) = self.leaf_for(id, key, &|id| self.tree_page_here(id))? else {
+            return Ok(None);
+        };
+        let p = c.borrowed_page().expect("read where the bytes are");
+        let elems = leaf_elems(p.buf, p.count, &|| format!("page {}", p.id))?;
+        Ok(find_key(&elems, key))
     }
 
     /// [`View::for_each`] reading the pages with [`View::page_copy`]: the elements live only
@@ -969,71 +988,45 @@ impl<'a> View<'a> {
                 }
                 Ok(())
             }
-            Root::Page(id) => self.for_each_copied_page(id, 0, f),
+            Root::Page(id) => self.for_each_leaf(id, 0, &|id| self.tree_page_copy(id), &mut |c| {
+                let p = c.page();
+                for e in leaf_elems(p.buf, p.count, &|| format!("page {}", p.id))? {
+                    f(e)?;
+                }
+                Ok(())
+            }),
         }
-    }
-
-    fn for_each_copied_page(
-        &self,
-        id: u64,
-        depth: usize,
-        f: &mut dyn FnMut(LeafElem<'_>) -> Result<(), BoltError>,
-    ) -> Result<(), BoltError> {
-        if depth > MAX_DEPTH {
-            return Err(BoltError::new(
-                format!("page {id}"),
-                "tree deeper than 64 levels (cycle in the page graph?)",
-            ));
-        }
-        let c = self.tree_page_copy(id)?;
-        let p = c.page();
-        let at = || format!("page {id}");
-        if p.is_leaf() {
-            for e in leaf_elems(p.buf, p.count, &at)? {
-                f(e)?;
-            }
-        } else {
-            for (_, child) in branch_elems(p.buf, p.count, &at)? {
-                self.for_each_copied_page(child, depth + 1, f)?;
-            }
-        }
-        Ok(())
     }
 
     /// [`View::get`] reading the pages with [`View::page_copy`]: the element found, copied.
     pub fn get_copied(&self, root: Root<'_>, key: &[u8]) -> Result<Option<ElemCopy>, BoltError> {
-        let mut id = match root {
+        let id = match root {
             Root::Inline(page) => {
                 let elems = inline_elems(page, &|| "inline bucket".to_string())?;
                 return Ok(elems.into_iter().find(|e| e.key == key).map(ElemCopy::of));
             }
             Root::Page(id) => id,
         };
-        let mut depth = 0usize;
-        loop {
-            if depth > MAX_DEPTH {
-                return Err(BoltError::new(
-                    format!("page {id}"),
-                    "tree deeper than 64 levels",
-                ));
-            }
-            let c = self.tree_page_copy(id)?;
-            let p = c.page();
-            let at = || format!("page {id}");
-            if p.is_leaf() {
-                let elems = leaf_elems(p.buf, p.count, &at)?;
-                return Ok(elems
-                    .binary_search_by(|e| e.key.cmp(key))
-                    .ok()
-                    .map(|i| ElemCopy::of(elems[i])));
-            }
-            let elems = branch_elems(p.buf, p.count, &at)?;
-            if elems.is_empty() {
-                return Ok(None);
-            }
-            let i = child_index(&elems, key);
-            id = elems[i].1;
-            depth += 1;
+        let Some(c) = self.leaf_for(id, key, &|id| self.tree_page_copy(id))? else {
+            return Ok(None);
+        };
+        let p = c.page();
+        let elems = leaf_elems(p.buf, p.count, &|| format!("page {}", p.id))?;
+        Ok(find_key(&elems, key).map(ElemCopy::of))
+    }
+
+    /// [`View::bucket`] reading the pages with [`View::page_copy`]: the nested bucket's value
+    /// (its header, maybe with an inline page), for [`bucket_root`].
+    pub fn bucket_copied(
+        &self,
+        root: Root<'_>,
+        key: &[u8],
+        at: &str,
+    ) -> Result<Option<Vec<u8>>, BoltError> {
+        match self.get_copied(root, key)? {
+            None => Ok(None),
+            Some(e) if e.is_bucket() => Ok(Some(e.value)),
+            Some(_) => Err(BoltError::new(at, "is a value, expected a bucket")),
         }
     }
 
@@ -1050,6 +1043,28 @@ impl<'a> View<'a> {
             Some(_) => Err(BoltError::new(at, "is a value, expected a bucket")),
         }
     }
+}
+
+/// `p` when it is a tree page (exactly a branch or a leaf).
+fn tree_only(p: Page<'_>) -> Result<Page<'_>, BoltError> {
+    if !p.is_leaf() && !p.is_branch() {
+        return Err(BoltError::new(
+            format!("page {}", p.id),
+            format!(
+                "expected a branch or leaf page, found flags {:#06x}",
+                p.flags
+            ),
+        ));
+    }
+    Ok(p)
+}
+
+/// The element of a leaf with exactly `key` (a leaf's keys are sorted).
+fn find_key<'e>(elems: &[LeafElem<'e>], key: &[u8]) -> Option<LeafElem<'e>> {
+    elems
+        .binary_search_by(|e| e.key.cmp(key))
+        .ok()
+        .map(|i| elems[i])
 }
 
 /// bbolt's branch search: the last element whose key is <= `key` (or the first).

@@ -305,15 +305,8 @@ fn collect(view: &View<'_>, root: Root<'_>) -> Result<Vec<Found>, bolt::BoltErro
         })?;
         Ok(out)
     };
-    // the nested bucket `key` of `r`, as `View::bucket` finds it
-    let bucket = |r: Root<'_>, key: &[u8], at: &str| -> Result<Option<Vec<u8>>, bolt::BoltError> {
-        match view.get_copied(r, key)? {
-            None => Ok(None),
-            Some(e) if e.is_bucket() => Ok(Some(e.value)),
-            Some(_) => Err(bolt::BoltError::new(at, "is a value, expected a bucket")),
-        }
-    };
-    let v1 = bucket(root, b"v1", "bucket v1")?
+    let v1 = view
+        .bucket_copied(root, b"v1", "bucket v1")?
         .ok_or_else(|| bolt::BoltError::new("bucket v1", "missing: this is not a containerd metadata store (schema v1), or containerd never initialised it"))?;
     let (v1, _) = bolt::bucket_root(&v1, "bucket v1")?;
     let mut out = Vec::new();
@@ -321,7 +314,7 @@ fn collect(view: &View<'_>, root: Root<'_>) -> Result<Vec<Found>, bolt::BoltErro
         let ns = lossy(&nskey);
         let (nsr, _) = bolt::bucket_root(&nsval, &format!("bucket v1/{ns}"))?;
         let at = format!("bucket v1/{ns}/containers");
-        let Some(containers) = bucket(nsr, b"containers", &at)? else {
+        let Some(containers) = view.bucket_copied(nsr, b"containers", &at)? else {
             continue;
         };
         let (containers, _) = bolt::bucket_root(&containers, &at)?;
@@ -1224,12 +1217,11 @@ fn verify_values(
             }
         }
         for b in path {
-            let r = root_of(root, &bucket)?;
-            match view.get_copied(r, b).map_err(|e| e.to_string())? {
-                Some(e) if e.is_bucket() => bucket = Some(e.value),
-                Some(_) => return Err("verify: is a value, expected a bucket".to_string()),
-                None => return Err(format!("bucket {} vanished", lossy(b))),
-            }
+            bucket = Some(
+                view.bucket_copied(root_of(root, &bucket)?, b, "verify")
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("bucket {} vanished", lossy(b)))?,
+            );
         }
         let got = view
             .get_copied(root_of(root, &bucket)?, cri::CONTAINER_EXT.as_bytes())
