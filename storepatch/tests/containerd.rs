@@ -420,7 +420,7 @@ fn apply_and_verify(r: &Root_, rewrites: &[Rewrite], synced: bool) -> Vec<u8> {
         let k = ext_path(ns_of(&scan[&rw.id]), &rw.id);
         let old = before[&k].0.as_ref().unwrap();
         let new = after[&k].0.as_ref().unwrap();
-        let (d, _) = cri::decode(new, cri::CONTAINER_TYPE_URL).unwrap();
+        let d = cri::decode(new, cri::CONTAINER_TYPE_URL).unwrap();
         let new_hash = rw.hash.to_string();
         assert_eq!(d.annotations["io.kubernetes.container.hash"], new_hash);
         // byte-surgical: same length hashes give same-length values differing only in the hash

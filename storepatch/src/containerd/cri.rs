@@ -10,6 +10,8 @@ use crate::jsonspan;
 use serde_json::Value;
 use std::ops::Range;
 
+mod streaming;
+
 /// The extension key under which the CRI plugin stores a container's metadata.
 pub const CONTAINER_EXT: &str = "io.cri-containerd.container.metadata";
 /// The extension key of a sandbox's metadata.
@@ -126,7 +128,7 @@ pub fn any_layout(raw: &[u8]) -> Result<AnyLayout, String> {
 }
 
 /// What the scan needs from a container's (or sandbox's) metadata.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decoded {
     /// `Metadata.ID`.
     pub id: Option<String>,
@@ -182,7 +184,7 @@ fn opt_str(v: Option<&Value>, what: &str) -> Result<Option<String>, String> {
 }
 
 /// Decodes an extension value the way the CRI plugin loads it; `Err` = the CRI would drop it.
-pub fn decode(raw: &[u8], type_url: &str) -> Result<(Decoded, Value), String> {
+pub fn decode(raw: &[u8], type_url: &str) -> Result<Decoded, String> {
     let l = any_layout(raw)?;
     if l.type_url != type_url {
         return Err(format!(
@@ -194,17 +196,40 @@ pub fn decode(raw: &[u8], type_url: &str) -> Result<(Decoded, Value), String> {
 }
 
 /// Decodes the JSON of a CRI metadata value, refusing what Go would read differently.
-pub fn decode_json(json: &[u8]) -> Result<(Decoded, Value), String> {
+pub fn decode_json(json: &[u8]) -> Result<Decoded, String> {
+    if let Some(decoded) = streaming::decode(json) {
+        // (serde_json parsed these bytes just above)
+        annotations_of_valid(json)?;
+        return Ok(decoded);
+    }
+    // The errors in the reference's order: syntax, then the field scan, then the fields.
     let doc: Value =
         serde_json::from_slice(json).map_err(|e| format!("JSON does not decode: {e}"))?;
-    // (serde_json parsed these bytes just above)
     annotations_of_valid(json)?;
-    decode_doc(doc)
+    decode_doc(doc).map(|(d, _)| d)
 }
 
 /// [`decode_json`] without the field scan (for a caller that scans the same bytes anyway, as
-/// [`rewrite_json`] does).
-pub fn decode_json_unscanned(json: &[u8]) -> Result<(Decoded, Value), String> {
+/// [`rewrite_json`] does). The streaming decoder answers for the documents containerd writes;
+/// anything it is unsure of goes to the tree decoder, which words the errors.
+pub fn decode_json_unscanned(json: &[u8]) -> Result<Decoded, String> {
+    match streaming::decode(json) {
+        Some(d) => Ok(d),
+        None => decode_json_tree(json).map(|(d, _)| d),
+    }
+}
+
+/// The streaming decoder alone: `None` where it leaves the document to the reference
+/// ([`decode_json_tree`]); public for the fuzz target that holds the two to agreement.
+pub fn decode_json_streaming(json: &[u8]) -> Option<Decoded> {
+    streaming::decode(json)
+}
+
+/// The reference decoder: the whole document as a `serde_json::Value`, then the fields read
+/// from the tree (no field scan). Slower than [`decode_json_unscanned`] and equal to it
+/// wherever that one answers (the fuzz target `cri_extension_edit` checks it); returns the tree
+/// too, for the proof of [`rewrite_extension`].
+pub fn decode_json_tree(json: &[u8]) -> Result<(Decoded, Value), String> {
     let doc: Value =
         serde_json::from_slice(json).map_err(|e| format!("JSON does not decode: {e}"))?;
     decode_doc(doc)
@@ -311,7 +336,9 @@ pub fn rewrite_json(json: &[u8], changes: &[(&str, &str)]) -> Result<Vec<u8>, St
 /// JSON equals the original document with exactly those annotation values changed.
 pub fn rewrite_extension(raw: &[u8], changes: &[(&str, &str)]) -> Result<Vec<u8>, String> {
     let l = any_layout(raw)?;
-    let (_, old_doc) = decode_json(&raw[l.value.clone()])?;
+    let json = &raw[l.value.clone()];
+    let (_, old_doc) = decode_json_tree(json)?;
+    annotations_of_valid(json)?;
     rewrite_extension_with(raw, &l, old_doc, changes)
 }
 
@@ -340,7 +367,14 @@ pub fn rewrite_extension_with(
     for (k, v) in changes {
         expect["Metadata"]["Config"]["annotations"][*k] = Value::String((*v).to_string());
     }
-    let (dec, new_doc) = decode(&out, CONTAINER_TYPE_URL)
+    let new_layout =
+        any_layout(&out).map_err(|e| format!("rewritten value does not decode: {e}"))?;
+    if new_layout.type_url != CONTAINER_TYPE_URL {
+        return Err("rewritten value changed its type_url".into());
+    }
+    let new_json = &out[new_layout.value];
+    let (dec, new_doc) = decode_json_tree(new_json)
+        .and_then(|d| annotations_of_valid(new_json).map(|_| d))
         .map_err(|e| format!("rewritten value does not decode: {e}"))?;
     if new_doc != expect {
         return Err(

@@ -558,7 +558,7 @@ impl ContainerdStore {
                     "extension {ext}: {e}; the CRI plugin would drop this record on restart"
                 ));
             }
-            Ok((d, _)) => {
+            Ok(d) => {
                 let label = |k: &str| d.labels.get(k).or_else(|| f.labels.get(k)).cloned();
                 r.pod = label(POD_NAME);
                 r.namespace = label(POD_NAMESPACE);
@@ -997,7 +997,6 @@ fn new_value(
         None => {
             cri::decode_json_unscanned(&raw[layout.value.clone()])
                 .map_err(bad)?
-                .0
                 .annotations
         }
     };
