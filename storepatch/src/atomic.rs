@@ -95,15 +95,37 @@ pub fn sweep_stale_temps(root: &Path, max_depth: usize) -> Result<usize, StoreEr
     if !root.is_dir() {
         return Ok(0);
     }
-    let me = std::process::id();
+    // A node's store has a directory per container: the directories are listed on the I/O
+    // threads (one `getdents` each is most of the cost), not one after another.
+    on_io_threads(|| sweep_dir(root, max_depth, std::process::id()))
+}
+
+/// [`sweep_stale_temps`] of `dir`, `depth` levels down (1: its own entries only).
+fn sweep_dir(dir: &Path, depth: usize, me: u32) -> Result<usize, StoreError> {
+    use rayon::prelude::*;
+    if depth == 0 {
+        return Ok(0);
+    }
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        // (gone or unreadable since it was listed: nothing of ours to remove there, as a
+        // walk that skips the entries it cannot read)
+        Err(_) => return Ok(0),
+    };
+    let mut subdirs = Vec::new();
     let mut removed = 0;
-    for entry in walkdir::WalkDir::new(root)
-        .max_depth(max_depth)
-        .follow_links(false)
-        .into_iter()
-        .filter_map(Result::ok)
-    {
-        if !entry.file_type().is_file() {
+    for entry in entries.filter_map(Result::ok) {
+        // the entry's own type (`d_type`, or lstat): a symlink is never followed
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            if depth > 1 {
+                subdirs.push(entry.path());
+            }
+            continue;
+        }
+        if !kind.is_file() {
             continue;
         }
         let Some(pid) = entry.file_name().to_str().and_then(temp_owner) else {
@@ -121,7 +143,13 @@ pub fn sweep_stale_temps(root: &Path, max_depth: usize) -> Result<usize, StoreEr
             }
         }
     }
-    Ok(removed)
+    let below: usize = subdirs
+        .par_iter()
+        .map(|d| sweep_dir(d, depth - 1, me))
+        .collect::<Result<Vec<usize>, StoreError>>()?
+        .into_iter()
+        .sum();
+    Ok(removed + below)
 }
 
 /// Creates `dir` and every missing parent with mode 0700, whatever the caller's umask
@@ -726,6 +754,46 @@ mod tests {
         assert_eq!(sweep_stale_temps(dir.path(), 3).unwrap(), 1);
         assert!(!dead.exists(), "a dead run's temp file is removed");
         assert!(ours.exists() && other.exists(), "nothing else is touched");
+    }
+
+    #[test]
+    fn sweep_keeps_to_its_depth_and_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = ".config.v2.json.rehash-tmp-2147483632";
+        let mut inside = Vec::new();
+        for i in 0..300 {
+            let sub = dir.path().join(format!("c{i}"));
+            fs::create_dir(&sub).unwrap();
+            fs::write(sub.join(dead), b"x").unwrap();
+            inside.push(sub.join(dead));
+        }
+        fs::write(dir.path().join(dead), b"x").unwrap();
+        let deep = dir.path().join("c0/mounts/shm");
+        fs::create_dir_all(&deep).unwrap();
+        fs::write(deep.join(dead), b"x").unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        fs::write(elsewhere.path().join(dead), b"x").unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("link")).unwrap();
+        assert_eq!(
+            sweep_stale_temps(dir.path(), 2).unwrap(),
+            301,
+            "the root's and each container directory's dead temp file"
+        );
+        assert!(
+            inside.iter().all(|p| !p.exists()),
+            "every directory at depth 1 is swept"
+        );
+        assert!(
+            deep.join(dead).exists(),
+            "a temp file below the sweep's depth is left alone"
+        );
+        assert!(
+            elsewhere.path().join(dead).exists(),
+            "a symlinked directory is not followed"
+        );
+        assert_eq!(sweep_stale_temps(dir.path(), 3).unwrap(), 0);
+        assert!(deep.join(dead).exists(), "c0/mounts/shm is at depth 4");
+        assert_eq!(sweep_stale_temps(dir.path(), 4).unwrap(), 1);
     }
 
     #[test]

@@ -657,6 +657,45 @@ fn hash_without_resources_is_written_only_where_present() {
     );
 }
 
+/// The patch's read-back after `apply` answers the files apply wrote from apply's own read of
+/// them after the renames, once; every later read-back, and any id apply did not write, reads
+/// the file on disk.
+#[test]
+fn read_back_after_apply_gives_the_written_labels_then_reads_the_disk() {
+    let (t, root, store) = small_store();
+    let mut b = Backup::create(&t.path().join("b"), "docker", &root).unwrap();
+    let out = store
+        .apply(&[rw(SIDECAR, "badf00d"), rw(NGINX, "e1f2a3b4")], &mut b)
+        .unwrap();
+    assert_eq!(out.changed.len(), 2, "both files rewritten");
+    let hashes = |records: Vec<storepatch::StoreRecord>| -> Vec<Option<String>> {
+        records.into_iter().map(|r| r.hash).collect()
+    };
+    // Changed behind the store's back (never happens in a patch: dockerd is stopped and the
+    // store locked), so that the two reads can be told apart.
+    let p = cfg_path(&root, NGINX);
+    let edited = String::from_utf8(fs::read(&p).unwrap())
+        .unwrap()
+        .replacen("e1f2a3b4", "0000aaaa", 1);
+    fs::write(&p, edited).unwrap();
+    assert_eq!(
+        hashes(store.read_back(&[SIDECAR, NGINX]).unwrap()),
+        [Some("badf00d".to_string()), Some("e1f2a3b4".to_string())],
+        "the first read-back answers from apply's read after the renames, without a second read"
+    );
+    assert_eq!(
+        hashes(store.read_back(&[SIDECAR, NGINX]).unwrap()),
+        [Some("badf00d".to_string()), Some("0000aaaa".to_string())],
+        "a later read-back reads each file as it is on disk"
+    );
+    let fresh = DockerStore::with_options(&root, opts(t.path(), Some(true))).unwrap();
+    assert_eq!(
+        hashes(fresh.read_back(&[NGINX]).unwrap()),
+        [Some("0000aaaa".to_string())],
+        "a store that wrote nothing reads the disk"
+    );
+}
+
 /// Root bypasses file permissions, so the denied case runs in a child process of this test
 /// binary that dropped to uid/gid 65534 (nobody): real EACCES from the kernel.
 #[test]

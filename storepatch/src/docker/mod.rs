@@ -88,6 +88,10 @@ pub struct DockerStore {
     /// The data-root with symlinks resolved: every path we touch is built from it.
     real_root: PathBuf,
     opts: DockerOptions,
+    /// The hash labels of the files `apply` wrote, as its read-back after the renames found
+    /// them (id → labels): the patch's read-back of the same files answers from here instead
+    /// of reading and scanning every file a second time.
+    read_after_write: std::sync::Arc<std::sync::Mutex<HashMap<String, readback::Labels>>>,
 }
 
 #[derive(Deserialize)]
@@ -172,6 +176,7 @@ impl DockerStore {
             root: data_root.to_path_buf(),
             real_root,
             opts,
+            read_after_write: Default::default(),
         })
     }
 
@@ -665,19 +670,37 @@ impl RuntimeStore for DockerStore {
         batch.commit()?;
         outcome.files_written = changed.len();
         // Read back what we wrote: every file must hold the bytes the backup recorded as new.
-        let mismatched: Vec<String> = atomic::on_io_threads(|| {
+        // The labels of those bytes are kept for the patch's read-back (read_back_labels).
+        // (bytes whose labels do not scan are left to that read-back, which names the error)
+        type Read = Result<(String, Option<readback::Labels>), String>;
+        let read: Vec<Read> = atomic::on_io_threads(|| {
             changed
                 .par_iter()
-                .filter_map(|(_, path, sha)| match atomic::read_regular_nofollow(path) {
-                    Ok((b, _)) if backup::sha256_hex(&b) == *sha => None,
-                    Ok(_) => Some(format!(
-                        "{}: holds other bytes than written",
-                        path.display()
-                    )),
-                    Err(e) => Some(e.to_string()),
-                })
+                .map(
+                    |(id, path, sha)| match atomic::read_regular_nofollow(path) {
+                        Ok((b, _)) if backup::sha256_hex(&b) == *sha => {
+                            Ok((id.clone(), readback::labels_of(&b).ok()))
+                        }
+                        Ok(_) => Err(format!(
+                            "{}: holds other bytes than written",
+                            path.display()
+                        )),
+                        Err(e) => Err(e.to_string()),
+                    },
+                )
                 .collect()
         });
+        let mut mismatched = Vec::new();
+        let mut labels = HashMap::with_capacity(read.len());
+        for r in read {
+            match r {
+                Ok((id, Some(l))) => {
+                    labels.insert(id, l);
+                }
+                Ok((_, None)) => {}
+                Err(e) => mismatched.push(e),
+            }
+        }
         if !mismatched.is_empty() {
             return Err(StoreError::Corrupt {
                 location: mismatched.join(", "),
@@ -687,6 +710,10 @@ impl RuntimeStore for DockerStore {
                 ),
             });
         }
+        *self
+            .read_after_write
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = labels;
         backup.finish()?;
         outcome.changed = changed.into_iter().map(|(id, _, _)| id).collect();
         Ok(outcome)
