@@ -505,8 +505,8 @@ fn plan_node(
         .transpose()
         .map_err(Error::from)?;
     let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
-    let mut plan = Plan::build_with(&pods, store.as_ref(), from, to, &node)?;
-    rehash::cri_dockerd::plan_switch(&mut plan, &pods, &switch)?;
+    let (mut plan, networks) = Plan::build_with_networks(&pods, store.as_ref(), from, to, &node)?;
+    rehash::cri_dockerd::plan_switch_with_networks(&mut plan, &networks, &switch)?;
     Ok((store, plan, lock))
 }
 

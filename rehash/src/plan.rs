@@ -254,6 +254,18 @@ impl Plan {
         to: KubeletVersion,
         node: &NodeFiles,
     ) -> Result<Plan, Error> {
+        Plan::build_with_networks(pods, store, from, to, node).map(|(plan, _)| plan)
+    }
+
+    /// [`Plan::build_with`], and the pods' networks read in the same parse of the pods file,
+    /// for [`crate::cri_dockerd::plan_switch_with_networks`].
+    pub fn build_with_networks(
+        pods: &[u8],
+        store: &dyn RuntimeStore,
+        from: From,
+        to: KubeletVersion,
+        node: &NodeFiles,
+    ) -> Result<(Plan, crate::pods::PodNetworks), Error> {
         // The pods file is parsed on a second thread while this one reads the node: on the
         // 2,000-container nodes (9.3 MB of pods) the parse is ~40 ms of CPU that no longer
         // waits in front of the store's scan. A pods file that does not parse is still the
@@ -269,13 +281,14 @@ impl Plan {
             let read = NodeRead::read(store, to, node);
             (parsing.map(|p| p.join()), read)
         });
-        let pods = match parsed {
+        let mut pods = match parsed {
             Some(Ok(parsed)) => parsed?,
             Some(Err(panic)) => std::panic::resume_unwind(panic),
             // no thread to be had: parsed here, after the read
             None => PodIndex::parse(pods)?,
         };
-        Plan::from_read(&pods, read?, store, from, to, node)
+        let plan = Plan::from_read(&pods, read?, store, from, to, node)?;
+        Ok((plan, std::mem::take(&mut pods.networks)))
     }
 
     /// [`Plan::build`] with pods already parsed.

@@ -79,6 +79,31 @@ pub struct PodIndex<'a> {
     by_uid: HashMap<String, usize>,
     /// Runtime container id (without `docker://` etc.) → state, from pod status.
     pub status_by_id: HashMap<String, StatusEntry>,
+    /// Every pod's network, by `metadata.uid`: what the dockershim → cri-dockerd switch writes
+    /// into the sandboxes' checkpoints ([`crate::cri_dockerd`]), read in the same pass.
+    pub networks: PodNetworks,
+}
+
+/// `metadata.uid` → (`spec.hostNetwork`, `status.podIP` when not empty).
+pub type PodNetworks = std::collections::BTreeMap<String, (bool, Option<String>)>;
+
+/// One pod's entry of [`PodNetworks`]; `None` without a string `metadata.uid`.
+pub(crate) fn pod_network(p: &Node<'_>) -> Option<(String, (bool, Option<String>))> {
+    let uid = p.get("metadata")?.get("uid")?.as_str()?;
+    let host = matches!(
+        p.get("spec").and_then(|s| s.get("hostNetwork")),
+        Some(Node {
+            value: NodeValue::Bool(true),
+            ..
+        })
+    );
+    let ip = p
+        .get("status")
+        .and_then(|s| s.get("podIP"))
+        .and_then(|i| i.as_str())
+        .filter(|i| !i.is_empty())
+        .map(String::from);
+    Some((uid.to_string(), (host, ip)))
 }
 
 /// A pods file the workflow cannot use; maps to exit code 2.
@@ -177,6 +202,7 @@ impl<'a> PodIndex<'a> {
     /// Indexes item `i` of the list: one pod.
     fn add(&mut self, i: usize, item: &Node<'a>) -> Result<(), PodsError> {
         let index = self;
+        index.networks.extend(pod_network(item));
         let item_kind = str_at(item, &["kind"]);
         if item_kind.is_some_and(|k| k != "Pod") {
             return Err(PodsError(format!(

@@ -21,6 +21,7 @@ pub mod flags;
 use crate::error::Error;
 use crate::hazard::Hazard;
 use crate::plan::{Plan, RecordClass};
+use crate::pods::PodNetworks;
 use checkpoint::{SandboxCheckpoint, Writer};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -133,25 +134,9 @@ pub(crate) fn resolve(host: &HostRoot, p: &str) -> Result<PathBuf, Error> {
 /// The pods' `spec.hostNetwork` and `status.podIP`, by uid. Read one item at a time
 /// ([`hashcompat::parse_json_streaming`]): the pods file of a large node is megabytes whose
 /// tree would be several times that.
-fn pod_networks(pods: &[u8]) -> BTreeMap<String, (bool, Option<String>)> {
+fn pod_networks(pods: &[u8]) -> PodNetworks {
     use hashcompat::{Node, NodeValue};
-    fn network(p: &Node<'_>) -> Option<(String, (bool, Option<String>))> {
-        let uid = p.get("metadata")?.get("uid")?.as_str()?;
-        let host = matches!(
-            p.get("spec").and_then(|s| s.get("hostNetwork")),
-            Some(Node {
-                value: NodeValue::Bool(true),
-                ..
-            })
-        );
-        let ip = p
-            .get("status")
-            .and_then(|s| s.get("podIP"))
-            .and_then(|i| i.as_str())
-            .filter(|i| !i.is_empty())
-            .map(String::from);
-        Some((uid.to_string(), (host, ip)))
-    }
+    let network = crate::pods::pod_network;
     let mut out = BTreeMap::new();
     let mut member = 0;
     let Ok(streamed) = hashcompat::parse_json_streaming(pods, "items", |occurrence, item| {
@@ -277,6 +262,19 @@ pub fn plan_switch(plan: &mut Plan, pods: &[u8], options: &SwitchOptions) -> Res
     if !applies(plan) {
         return Ok(());
     }
+    plan_switch_with_networks(plan, &pod_networks(pods), options)
+}
+
+/// [`plan_switch`] with the pods' networks already read ([`Plan::build_with_networks`]): the
+/// pods file is not parsed a second time.
+pub fn plan_switch_with_networks(
+    plan: &mut Plan,
+    networks: &PodNetworks,
+    options: &SwitchOptions,
+) -> Result<(), Error> {
+    if !applies(plan) {
+        return Ok(());
+    }
     let to = plan.to;
     let host = host(options)?;
     let dockershim_dir = match &options.dockershim_dir {
@@ -382,7 +380,6 @@ pub fn plan_switch(plan: &mut Plan, pods: &[u8], options: &SwitchOptions) -> Res
     }
 
     // 2. the checkpoints
-    let networks = pod_networks(pods);
     let running: Vec<&crate::plan::PlanRecord> = plan
         .records
         .iter()
@@ -737,4 +734,49 @@ pub(crate) fn remove_copies(copies: &[Copied]) -> Result<usize, Error> {
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The networks the plan reads with the pods (PodIndex, one parse) are the ones a parse of
+    /// their own gives, on every node fixture and on the document shapes Go decodes specially.
+    #[test]
+    fn networks_read_with_the_pods_are_those_of_their_own_parse() {
+        let nodes = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes");
+        let mut docs: Vec<(String, Vec<u8>)> = std::fs::read_dir(&nodes)
+            .unwrap()
+            .map(|e| e.unwrap().path().join("pods.json"))
+            .filter(|p| p.is_file())
+            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+            .collect();
+        assert!(docs.len() >= 4, "the node fixtures' pods files");
+        let pod = |uid: &str, host: bool, ip: &str| {
+            format!(
+                r#"{{"kind":"Pod","metadata":{{"name":"p{uid}","uid":"{uid}"}},"spec":{{"hostNetwork":{host},"containers":[{{"name":"c"}}]}},"status":{{"podIP":"{ip}"}}}}"#
+            )
+        };
+        docs.push(("one pod".into(), pod("u1", false, "10.0.0.1").into_bytes()));
+        docs.push((
+            "two items members, the last decoded".into(),
+            format!(
+                r#"{{"kind":"PodList","items":[{}],"items":[{},{}]}}"#,
+                pod("u1", false, "10.0.0.1"),
+                pod("u2", true, "192.168.0.2"),
+                pod("u3", false, "")
+            )
+            .into_bytes(),
+        ));
+        for (name, bytes) in &docs {
+            let index = crate::pods::PodIndex::parse(bytes)
+                .unwrap_or_else(|e| panic!("{name}: the pods parse: {e}"));
+            assert!(!index.networks.is_empty(), "{name}: some pod has a network");
+            assert_eq!(
+                index.networks,
+                pod_networks(bytes),
+                "{name}: networks read with the pods differ from their own parse"
+            );
+        }
+    }
 }

@@ -672,14 +672,18 @@ impl<'a> Run<'a> {
     /// (recorded in the state, and the node told: its runtime stop and start cover
     /// cri-dockerd from then on).
     fn plan(&mut self, from: From) -> Result<Plan, Error> {
-        let mut plan = Plan::build_with(
+        let (mut plan, networks) = Plan::build_with_networks(
             &self.opts.pods,
             self.store,
             from,
             self.opts.to,
             &self.opts.node_files,
         )?;
-        crate::cri_dockerd::plan_switch(&mut plan, &self.opts.pods, &self.opts.cri_dockerd)?;
+        crate::cri_dockerd::plan_switch_with_networks(
+            &mut plan,
+            &networks,
+            &self.opts.cri_dockerd,
+        )?;
         if let Some(switch) = &plan.cri_dockerd {
             self.state.cri_dockerd_endpoint = Some(switch.endpoint.clone());
             self.node.switching_to_cri_dockerd();
