@@ -28,7 +28,10 @@
 # and the medians are over the pairs:
 #
 # * Docker: `plan` + `patch` against (a) `cp -r` + `sync` of the node's `containers/` tree
-#   (every file the patch could touch, copied once).
+#   (every file the patch could touch, copied once); also the floor of any crash-safe rewrite
+#   of the files the patch rewrites (scripts/replace-floor.py: temp files, syncfs, renames,
+#   syncfs; no reading, editing or backup), to show how much of the ratio the atomic write
+#   alone takes.
 # * containerd: the whole `patch` (scan, plan, backup, apply, verify) against (b) Go bbolt
 #   (tools/bbolt-rewrite, built offline by scripts/setup-bbolt-tool.sh rewrite) rewriting the same
 #   hashes in the same meta.db in one transaction, opened with NoFreelistSync as containerd
@@ -112,9 +115,13 @@ node_files() {
     node_files "$node"
     store_bytes=$(du -sb --apparent-size "$pristine/$files" | cut -f1)
     common=(--pods pods.json --to 1.31 "${flags[@]}" --runtime-socket "$work/none.sock" --runtime-pidfile "$work/none.pid")
+    # the same hashes our plan writes, for the Go rewriter (containerd), and the files it
+    # rewrites, for the floor of the atomic write (Docker)
+    (cd "$pristine" && "$bin" plan "${common[@]}" -o json > "$work/plan.json") || [ $? = 4 ]
+    python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["records"]:
+    if r["action"] == "rewrite": print(r["id"])' "$work/plan.json" > "$work/ids.txt"
     if [ "$node" = containerd-1.7 ]; then
-        # the same hashes our plan writes, for the Go rewriter
-        (cd "$pristine" && "$bin" plan "${common[@]}" -o json > "$work/plan.json") || [ $? = 4 ]
         python3 - "$work/plan.json" > "$work/hashes.txt" <<'EOF'
 import json, sys
 for r in json.load(open(sys.argv[1]))["records"]:
@@ -123,7 +130,7 @@ for r in json.load(open(sys.argv[1]))["records"]:
 EOF
     fi
     for v in "${!bins[@]}"; do : > "$work/ours-$v.txt"; : > "$work/apply-$v.txt"; : > "$work/backup-$v.txt"; done
-    : > "$work/ref.txt"; : > "$work/ref-tx.txt"
+    : > "$work/ref.txt"; : > "$work/ref-tx.txt"; : > "$work/floor.txt"
     for i in $(seq "$pairs"); do
         run_ours() {
             local v=$1 b=${bins[$1]} plan patch
@@ -146,6 +153,9 @@ EOF
             rm -rf "$mnt/n" "$mnt/copy"; cp -a "$pristine" "$mnt/n"; settle
             if [ "$node" = docker-20.10 ]; then
                 timed sh -c "cp -r '$mnt/n/$files' '$mnt/copy' && sync" >> "$work/ref.txt"
+                rm -rf "$mnt/n" "$mnt/copy"; cp -a "$pristine" "$mnt/n"; settle
+                python3 scripts/replace-floor.py "$mnt/n/$files" "$work/ids.txt" \
+                    | python3 -c "import json, sys; print(json.load(sys.stdin)['ms'])" >> "$work/floor.txt"
             else
                 timed "$gobin" "$mnt/n/$files" "$work/hashes.txt" >> "$work/ref.txt"
                 python3 -c "import json; print(json.load(open('$work/out.json'))['tx_ms'])" >> "$work/ref-tx.txt"
@@ -169,6 +179,10 @@ EOF
     echo "== $node-large: store $store_bytes bytes ($files); medians of $pairs interleaved pairs"
     echo "   reference: $refname: $ref ms (min $(sort -n "$work/ref.txt" | head -1 | cut -d' ' -f1)), CPU $refcpu ms"
     [ "$node" = containerd-1.7 ] && echo "   Go transaction alone: $(median < "$work/ref-tx.txt") ms"
+    if [ "$node" = docker-20.10 ]; then
+        floor=$(median < "$work/floor.txt")
+        echo "   floor of the atomic rewrite alone ($(wc -l < "$work/ids.txt") files: temp files, syncfs, renames, syncfs; scripts/replace-floor.py): $floor ms = $(ratio "$floor" "$ref")× reference"
+    fi
     for v in "${!bins[@]}"; do
         ours=$(col 1 "$work/ours-$v.txt")
         rss=$(col 2 "$work/ours-$v.txt")

@@ -95,9 +95,10 @@ pub fn sweep_stale_temps(root: &Path, max_depth: usize) -> Result<usize, StoreEr
     if !root.is_dir() {
         return Ok(0);
     }
-    // A node's store has a directory per container: the directories are listed on the I/O
-    // threads (one `getdents` each is most of the cost), not one after another.
-    on_io_threads(|| sweep_dir(root, max_depth, std::process::id()))
+    // A node's store has a directory per container: the directories are listed in parallel
+    // (one `getdents` each, from the dentry cache: CPU work, so rayon's pool, not the I/O
+    // threads, whose per-thread heaps would be touched before the write needs them).
+    sweep_dir(root, max_depth, std::process::id())
 }
 
 /// [`sweep_stale_temps`] of `dir`, `depth` levels down (1: its own entries only).
