@@ -562,11 +562,9 @@ fn write_report(path: &Path, plan: &Plan) -> Result<(), Failure> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         storepatch::atomic::create_dir_all_private(parent).map_err(fail)?;
     }
-    storepatch::atomic::replace_file(
-        path,
-        &plan.to_json(),
-        storepatch::atomic::FileMeta::private(),
-    )
+    storepatch::atomic::replace_file_with(path, storepatch::atomic::FileMeta::private(), &mut |w| {
+        plan.write_json(w)
+    })
     .map_err(fail)
 }
 

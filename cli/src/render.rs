@@ -17,8 +17,10 @@ pub enum Output {
 pub fn plan(plan: &Plan, output: Output, out: &mut dyn Write) -> std::io::Result<()> {
     match output {
         Output::Json => {
-            out.write_all(&plan.to_json())?;
-            writeln!(out)
+            let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
+            plan.write_json(&mut out)?;
+            writeln!(out)?;
+            out.flush()
         }
         Output::Table => table(plan, out),
     }

@@ -201,7 +201,7 @@ pub fn patch(
         .collect();
     report.timings.verify_ms = Some(t_verify.elapsed().as_secs_f64() * 1e3);
     total(&mut report);
-    bk.attach("report.json", &report.to_json())?;
+    bk.attach_with("report.json", &mut |w| report.write_json(w))?;
     if !bad.is_empty() {
         // The marker stays: the store is not what the plan wanted, the message names the
         // rollback.

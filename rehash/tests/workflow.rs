@@ -302,3 +302,30 @@ fn a_failed_read_back_is_a_failure_that_still_carries_the_report() {
         "report.json is written before the error"
     );
 }
+
+/// The report `patch` streams into the backup (and `-o json` to stdout) is byte for byte the
+/// one `Plan::to_json` builds in memory, and reads back as the same plan.
+#[test]
+fn the_streamed_report_is_the_built_one() {
+    let n = node("docker-20.10");
+    let pods = std::fs::read(n.dir.join("pods.json")).unwrap();
+    let store = n.location.open().unwrap();
+    let plan = Plan::build(&pods, store.as_ref(), From::Auto, "1.23".parse().unwrap()).unwrap();
+    let backup = BackupOptions::new(n.tmp.path().join("backup"));
+    let done = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap();
+    assert!(done.changed > 0, "the patch rewrote the node");
+    let stored = std::fs::read(backup.dir.join("report.json")).unwrap();
+    assert_eq!(
+        String::from_utf8(stored.clone()).unwrap(),
+        String::from_utf8(done.report.to_json()).unwrap(),
+        "the streamed report.json holds the bytes to_json builds"
+    );
+    let mut streamed = Vec::new();
+    plan.write_json(&mut streamed).unwrap();
+    assert_eq!(
+        streamed,
+        plan.to_json(),
+        "write_json writes to_json's bytes"
+    );
+    assert_eq!(Plan::from_json(&stored).unwrap(), done.report);
+}

@@ -207,6 +207,18 @@ pub fn replace_file_nodirsync(path: &Path, bytes: &[u8], meta: FileMeta) -> Resu
     replace_file_inner(path, bytes, meta, false)
 }
 
+/// [`replace_file`] of the bytes `write` produces, streamed to the temp file through a buffer
+/// instead of built in memory first: for the reports, megabytes on a large node, that would
+/// otherwise be the process's largest allocation at its end.
+pub fn replace_file_with(
+    path: &Path,
+    meta: FileMeta,
+    write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<(), StoreError> {
+    stage_file_with(path, meta, true, write)?.commit()?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
 fn replace_file_inner(
     path: &Path,
     bytes: &[u8],
@@ -269,6 +281,17 @@ fn stage_file_inner(
     meta: FileMeta,
     fsync: bool,
 ) -> Result<StagedFile, StoreError> {
+    stage_file_with(path, meta, fsync, &mut |w| w.write_all(bytes))
+}
+
+/// [`stage_file_inner`] of the bytes `write` produces (through a 64 KiB buffer when it writes
+/// in pieces).
+fn stage_file_with(
+    path: &Path,
+    meta: FileMeta,
+    fsync: bool,
+    write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<StagedFile, StoreError> {
     let tmp = temp_path_for(path);
     let result = (|| {
         let mut f = OpenOptions::new()
@@ -279,7 +302,11 @@ fn stage_file_inner(
             .open(&tmp)
             .map_err(|e| StoreError::io(&tmp, e))?;
         fault::point("write");
-        f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
+        {
+            let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, &mut f);
+            write(&mut buffered).map_err(|e| StoreError::io(&tmp, e))?;
+            buffered.flush().map_err(|e| StoreError::io(&tmp, e))?;
+        }
         // Owner first: chown clears set-id bits, chmod then sets the final mode.
         std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))
             .map_err(|e| StoreError::io(&tmp, e))?;

@@ -459,29 +459,38 @@ impl Backup {
 
     /// Writes an extra file (e.g. the patch report) into the backup directory, mode 0600.
     pub fn attach(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.attach_with(name, &mut |w| w.write_all(bytes))
+    }
+
+    /// [`Backup::attach`] of the bytes `write` streams (a report of megabytes is not built in
+    /// memory first).
+    pub fn attach_with(
+        &self,
+        name: &str,
+        write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<(), StoreError> {
         let path = self.dir.join(name);
-        atomic::replace_file(
+        atomic::replace_file_with(
             &path,
-            bytes,
             FileMeta {
                 mode: 0o600,
                 uid: unsafe { libc::geteuid() },
                 gid: unsafe { libc::getegid() },
             },
+            write,
         )
     }
 
     fn write_manifest(&self) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec_pretty(&self.manifest)
-            .map_err(|e| StoreError::Backup(format!("cannot encode manifest: {e}")))?;
-        atomic::replace_file(
+        // Streamed: on a node of thousands of files the manifest is a megabyte, written twice.
+        atomic::replace_file_with(
             &self.dir.join(MANIFEST_NAME),
-            &bytes,
             FileMeta {
                 mode: 0o600,
                 uid: unsafe { libc::geteuid() },
                 gid: unsafe { libc::getegid() },
             },
+            &mut |w| serde_json::to_writer_pretty(w, &self.manifest).map_err(std::io::Error::from),
         )
     }
 }
