@@ -1206,21 +1206,35 @@ fn verify_values(
     root: Root<'_>,
     expected: &[(Vec<Vec<u8>>, [u8; 32])],
 ) -> Result<(), String> {
+    fn root_of<'r>(root: Root<'r>, bucket: &'r Option<Vec<u8>>) -> Result<Root<'r>, String> {
+        match bucket {
+            None => Ok(root),
+            Some(v) => Ok(bolt::bucket_root(v, "verify").map_err(|e| e.to_string())?.0),
+        }
+    }
+    // The buckets every path shares (`v1/<ns>/containers`) are looked up once, not once per
+    // value: each lookup reads the pages from the root down again.
+    let mut shared: HashMap<&[Vec<u8>], Option<Vec<u8>>> = HashMap::new();
     for (path, digest) in expected {
         // the value of the bucket reached so far (its header, maybe an inline page)
         let mut bucket: Option<Vec<u8>> = None;
-        fn root_of<'r>(root: Root<'r>, bucket: &'r Option<Vec<u8>>) -> Result<Root<'r>, String> {
-            match bucket {
-                None => Ok(root),
-                Some(v) => Ok(bolt::bucket_root(v, "verify").map_err(|e| e.to_string())?.0),
+        for (depth, b) in path.iter().enumerate() {
+            let prefix = &path[..=depth];
+            let last = depth + 1 == path.len();
+            if !last {
+                if let Some(known) = shared.get(prefix) {
+                    bucket = known.clone();
+                    continue;
+                }
             }
-        }
-        for b in path {
             bucket = Some(
                 view.bucket_copied(root_of(root, &bucket)?, b, "verify")
                     .map_err(|e| e.to_string())?
                     .ok_or_else(|| format!("bucket {} vanished", lossy(b)))?,
             );
+            if !last {
+                shared.insert(prefix, bucket.clone());
+            }
         }
         let got = view
             .get_copied(root_of(root, &bucket)?, cri::CONTAINER_EXT.as_bytes())
