@@ -22,15 +22,7 @@ fn fixture(p: &str) -> PathBuf {
         .join(p)
 }
 
-fn gunzip(p: &Path) -> Vec<u8> {
-    let out = std::process::Command::new("gzip")
-        .arg("-dc")
-        .arg(p)
-        .output()
-        .expect("gzip");
-    assert!(out.status.success());
-    out.stdout
-}
+use testtools::gunzip;
 
 /// The real file grown by cloning every pod (sandbox and containers, under new ids, pod uids
 /// and names) `copies` times, bulk-written in the given freelist layout: the node grower of

@@ -18,15 +18,7 @@ fn store_dir() -> PathBuf {
     fixtures().join("stores/containerd-1.6.20")
 }
 
-fn gunzip(p: &Path) -> Vec<u8> {
-    let out = std::process::Command::new("gzip")
-        .arg("-dc")
-        .arg(p)
-        .output()
-        .expect("run gzip");
-    assert!(out.status.success(), "gzip -dc {}", p.display());
-    out.stdout
-}
+use testtools::gunzip;
 
 /// A private containerd root holding `db` as meta.db (and CRI status files, when given).
 struct Root_ {

@@ -12,15 +12,7 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
 }
 
-fn gunzip(p: &Path) -> Vec<u8> {
-    let out = std::process::Command::new("gzip")
-        .arg("-dc")
-        .arg(p)
-        .output()
-        .expect("gzip runs");
-    assert!(out.status.success(), "gzip -dc {}", p.display());
-    out.stdout
-}
+use testtools::gunzip;
 
 /// Every CRI extension value (container and sandbox) in the meta.db fixtures written by real
 /// containerd: (where, raw Any bytes, type url it must carry).

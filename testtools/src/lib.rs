@@ -21,6 +21,18 @@ pub mod grow;
 pub mod kubelet;
 pub mod node_tree;
 
+/// The bytes of a gzip-compressed fixture (`gzip -dc`; the large bundled stores are kept
+/// compressed).
+pub fn gunzip(p: &std::path::Path) -> Vec<u8> {
+    let out = std::process::Command::new("gzip")
+        .arg("-dc")
+        .arg(p)
+        .output()
+        .expect("run gzip");
+    assert!(out.status.success(), "gzip -dc {}", p.display());
+    out.stdout
+}
+
 /// Makes `cmd` start its child in a session of its own, so signals sent to the test's process
 /// group (a Ctrl-C, a harness's kill) never reach the private daemon: its Drop guard stops it.
 pub fn in_own_session(cmd: &mut std::process::Command) -> &mut std::process::Command {
