@@ -601,6 +601,11 @@ impl RuntimeStore for DockerStore {
     /// when every file is planned and staged does the backup commit (one flush for the copies
     /// and the staged files), and only then are the files renamed (atomic::StagedBatch).
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
+        // What an earlier apply read answers nothing after this one starts writing.
+        self.read_after_write
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.ensure_stopped()?;
         let containers = self.containers_dir()?;
         crate::runtime::validate(rewrites)?;
