@@ -137,6 +137,22 @@ fn streaming_decoder_never_accepts_what_the_reference_refuses() {
             "a numeric ID",
         ),
         (r#"[1]"#.into(), "not an object"),
+        // serde_json's tree decoder (with arbitrary_precision, on in this build) reads an
+        // object whose first key is its number token as a number; Go reads an object
+        (
+            doc(
+                r#","annotations":{"$serde_json::private::Number":"809b3ff5","io.kubernetes.container.hash":"1"}"#,
+            ),
+            "annotations starting with serde_json's number token (the fuzz target's finding)",
+        ),
+        (
+            doc(r#","x":{"$serde_json::private::Number":"abc"}"#),
+            "serde_json's number token with a non-number in a field nobody reads",
+        ),
+        (
+            r#"{"$serde_json::private::Number":"1","Version":"v1","Metadata":{}}"#.into(),
+            "a document starting with serde_json's number token",
+        ),
         (
             r#"{"Version":"v1","Metadata":{}} x"#.into(),
             "trailing bytes",

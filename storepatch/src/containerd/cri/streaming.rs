@@ -69,7 +69,15 @@ impl<'de> Visitor<'de> for SkipVisitor {
         f.write_str("any value")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
-        while map.next_entry::<Skip, Skip>()?.is_some() {}
+        // (a number past 64 bits arrives here too, as a map of NUMBER_TOKEN: it gives up as
+        // well, and the reference reads it)
+        let mut first = true;
+        while let Some(IsNumberToken(token)) = map.next_key()? {
+            if std::mem::take(&mut first) && token {
+                return Err(give_up());
+            }
+            map.next_value::<Skip>()?;
+        }
         Ok(Skip)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
@@ -84,10 +92,51 @@ fn give_up<E: de::Error>() -> E {
     E::custom("not for the streaming decoder")
 }
 
+/// The key serde_json gives the one member of the map it hands a visitor for a number that
+/// does not fit 64 bits, under its `arbitrary_precision` feature (hashcompat turns it on for
+/// the whole build); its tree decoder reads any object whose first key is this as a number
+/// (refusing it unless the member is a number in a string). Go reads such an object as an
+/// object: an object starting with this key gives up, and the reference decides, as before the
+/// streaming decoder existed.
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
+/// A key read only to tell whether it is [`NUMBER_TOKEN`] (no copy of it is made).
+struct IsNumberToken(bool);
+
+impl<'de> de::Deserialize<'de> for IsNumberToken {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = IsNumberToken;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<IsNumberToken, E> {
+                Ok(IsNumberToken(s == NUMBER_TOKEN))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Gives up when `key` is the first key of its object and [`NUMBER_TOKEN`].
+fn check_first<E: de::Error>(first: &mut bool, key: Option<&str>) -> Result<(), E> {
+    if std::mem::take(first) && key == Some(NUMBER_TOKEN) {
+        return Err(give_up());
+    }
+    Ok(())
+}
+
 /// The next key of an object as a borrowed string: a key with escapes gives up (none of the
 /// fields we read is spelled with one by containerd, and the reference handles it exactly).
-fn next_key<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<&'de str>, A::Error> {
-    map.next_key::<&'de str>()
+/// `first`: whether no key of this object was read yet ([`check_first`]).
+fn next_key<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    first: &mut bool,
+) -> Result<Option<&'de str>, A::Error> {
+    let key = map.next_key::<&'de str>()?;
+    check_first(first, key)?;
+    Ok(key)
 }
 
 struct TopVisitor;
@@ -103,7 +152,8 @@ impl<'de> Visitor<'de> for TopVisitor {
         // Duplicate keys: the tree decoder keeps the last value, and so does every field here.
         let mut version_v1 = false;
         let mut metadata: Option<Decoded> = None;
-        while let Some(key) = next_key(&mut map)? {
+        let mut first = true;
+        while let Some(key) = next_key(&mut map, &mut first)? {
             match key {
                 "Version" => version_v1 = map.next_value::<Str>()?.0.as_deref() == Some("v1"),
                 "Metadata" => metadata = Some(map.next_value_seed(ObjectSeed(MetadataVisitor))?),
@@ -189,7 +239,8 @@ impl<'de> Visitor<'de> for MetadataVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Decoded, A::Error> {
         let mut d = Decoded::default();
         let mut config: Option<Config> = None;
-        while let Some(key) = next_key(&mut map)? {
+        let mut first = true;
+        while let Some(key) = next_key(&mut map, &mut first)? {
             match key {
                 "ID" => d.id = map.next_value::<Str>()?.0,
                 "Name" => d.name = map.next_value::<Str>()?.0,
@@ -234,7 +285,8 @@ impl<'de> Visitor<'de> for ConfigVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Config, A::Error> {
         let mut c = Config::default();
-        while let Some(key) = next_key(&mut map)? {
+        let mut first = true;
+        while let Some(key) = next_key(&mut map, &mut first)? {
             match key {
                 "labels" => {
                     c.labels = map
@@ -276,7 +328,9 @@ impl<'de> Visitor<'de> for StringMapVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut out = BTreeMap::new();
+        let mut first = true;
         while let Some(key) = map.next_key::<String>()? {
+            check_first(&mut first, Some(&key))?;
             match map.next_value::<Str>()?.0 {
                 Some(v) => {
                     out.insert(key, v);
@@ -314,7 +368,8 @@ impl<'de> Visitor<'de> for ContainerMetadataVisitor {
             // absent or null: 0, as the reference reads it
             attempt: 0,
         };
-        while let Some(key) = next_key(&mut map)? {
+        let mut first = true;
+        while let Some(key) = next_key(&mut map, &mut first)? {
             match key {
                 "name" => md.name = map.next_value::<Str>()?.0,
                 "namespace" => md.namespace = map.next_value::<Str>()?.0,
@@ -372,7 +427,8 @@ impl<'de> Visitor<'de> for ImageVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut image = None;
-        while let Some(key) = next_key(&mut map)? {
+        let mut first = true;
+        while let Some(key) = next_key(&mut map, &mut first)? {
             match key {
                 "image" => image = map.next_value::<Str>()?.0,
                 _ => {
