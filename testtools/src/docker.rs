@@ -239,8 +239,15 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         // 1. Remove our containers through dockerd when it runs (cleans its cgroups too).
+        //    Every container this dockerd knows is ours (its data root is our dir), recorded
+        //    or not.
         if self.child.is_some() {
             let c = self.client().with_timeout(Duration::from_secs(30));
+            for ct in c.list_containers().unwrap_or_default() {
+                if !self.container_ids.contains(&ct.id) {
+                    self.container_ids.push(ct.id);
+                }
+            }
             for id in &self.container_ids {
                 let _ = c.request("DELETE", &format!("/containers/{id}?force=1"), None);
             }
@@ -255,17 +262,23 @@ impl Drop for Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
-        // 3. Kill what is left: the container processes we recorded, then every process that
-        //    names our dir (shims, managed containerd), by pid.
+        // 3. Kill what is left, by pid: the container processes we recorded; every process
+        //    under a process that names our dir (the containers under their shims, recorded or
+        //    not: a test that made them through cri-dockerd's CRI never saw their pids),
+        //    deepest first; then those processes (shims, managed containerd). Killing a shim
+        //    first would hand its container to init, where no later pass could tell it ours:
+        //    with its root file system gone, testtools' LOOP then spins forever.
         for &pid in &self.container_pids {
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
         for _ in 0..50 {
-            let left = self.our_processes(|_| true);
-            if left.is_empty() {
+            let ours = self.our_processes(|_| true);
+            if ours.is_empty() {
                 break;
             }
-            for pid in left {
+            let mut under = crate::containerd::descendants(&ours);
+            under.reverse();
+            for pid in under.into_iter().chain(ours) {
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             }
             std::thread::sleep(Duration::from_millis(100));
