@@ -129,7 +129,7 @@ for r in json.load(open(sys.argv[1]))["records"]:
         print(r["id"], r["target_hash"], r.get("target_hash_without_resources") or "")
 EOF
     fi
-    for v in "${!bins[@]}"; do : > "$work/ours-$v.txt"; : > "$work/apply-$v.txt"; : > "$work/backup-$v.txt"; done
+    for v in "${!bins[@]}"; do : > "$work/ours-$v.txt"; : > "$work/apply-$v.txt"; : > "$work/backup-$v.txt"; : > "$work/phases-$v.txt"; done
     : > "$work/ref.txt"; : > "$work/ref-tx.txt"; : > "$work/floor.txt"
     for i in $(seq "$pairs"); do
         run_ours() {
@@ -147,6 +147,8 @@ EOF
             read -r w r c <<< "$patch"
             echo "$(( pw + w )) $r $(( pc + c ))" >> "$work/ours-$v.txt"
             python3 -c "import json; print(round(json.load(open('$work/out.json'))['timings']['backup_and_apply_ms'], 1))" >> "$work/apply-$v.txt"
+            # the steps of the rewrite (timings.apply_phases; a build without them gives {})
+            python3 -c "import json; print(json.dumps({p['phase']: p['ms'] for p in json.load(open('$work/out.json'))['timings'].get('apply_phases', [])}))" >> "$work/phases-$v.txt"
             du -sb --apparent-size --exclude=report.json "$mnt/backup" | cut -f1 >> "$work/backup-$v.txt"
         }
         run_ref() {
@@ -189,6 +191,24 @@ EOF
         cpu=$(col 3 "$work/ours-$v.txt")
         apply=$(median < "$work/apply-$v.txt")
         echo "   ${names[$v]}: $ourname $ours ms (min $(sort -n "$work/ours-$v.txt" | head -1 | cut -d' ' -f1)) = $(ratio "$ours" "$ref")× reference (CPU $cpu ms = $(ratio "$cpu" "$refcpu")×); backup+apply $apply ms$([ "$node" = containerd-1.7 ] && echo " = $(ratio "$apply" "$(median < "$work/ref-tx.txt")")× Go's transaction"); patch peak RSS $((rss / 1024)) MB = $(ratio "$((rss * 1024))" "$store_bytes")× store; backup wrote $(median < "$work/backup-$v.txt") bytes"
+        # The steps of the rewrite, medians over the runs. For containerd, edit + page_plan +
+        # commit is the work Go's db.Update does (read the values, rewrite them, copy-on-write
+        # the pages, write, two fdatasyncs): the like-for-like "transaction alone"; read
+        # (taken over from the scan), check, backup and read_back are this tool's safety steps.
+        python3 - "$work/phases-$v.txt" "$node" "$(median < "$work/ref-tx.txt" 2>/dev/null || true)" <<'EOF'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+runs = [r for r in runs if r]
+if not runs:
+    print("   (this build reports no apply_phases)")
+    sys.exit()
+med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+print("   steps of the rewrite (medians): " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()) + " ms")
+if sys.argv[2].startswith("containerd") and sys.argv[3]:
+    tx = statistics.median(r["edit"] + r["page_plan"] + r["commit"] for r in runs)
+    go = float(sys.argv[3])
+    print(f"   transaction alone (edit + page_plan + commit): {tx:.1f} ms = {tx / go:.2f}x Go's transaction ({go} ms)")
+EOF
     done
     rm -f "$work/hashes.txt"
     rm -rf "$pristine" "$mnt/n" "$mnt/copy" "$mnt/backup"

@@ -260,6 +260,53 @@ fn check_plan(node: &Node, v: &str) -> Value {
     plan
 }
 
+/// The report of a patch that wrote names the steps of the store's rewrite, in order, each
+/// with a wall time that fits inside `backup_and_apply_ms`.
+fn check_apply_phases(node: &Node, report: &Path) {
+    let rep: Value = serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
+    let names: Vec<&str> = rep["timings"]["apply_phases"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["phase"].as_str()).collect())
+        .unwrap_or_default();
+    let expected: &[&str] = match rep["runtime"].as_str() {
+        Some("containerd") => &[
+            "read",
+            "edit",
+            "page_plan",
+            "check",
+            "backup",
+            "commit",
+            "read_back",
+        ],
+        _ => &["edit_and_stage", "backup_commit", "rename", "read_back"],
+    };
+    assert_eq!(
+        names, expected,
+        "{}: the patch report names the steps of the store's rewrite",
+        node.name
+    );
+    let sum: f64 = rep["timings"]["apply_phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let ms = p["ms"].as_f64().unwrap();
+            assert!(
+                ms >= 0.0,
+                "{}: a step's time is not negative: {p}",
+                node.name
+            );
+            ms
+        })
+        .sum();
+    let whole = rep["timings"]["backup_and_apply_ms"].as_f64().unwrap();
+    assert!(
+        sum <= whole + 0.01,
+        "{}: the steps ({sum} ms) fit inside backup_and_apply_ms ({whole} ms)",
+        node.name
+    );
+}
+
 /// patch → verify → patch again (no change) → rollback (every byte back).
 fn patch_cycle(node: &Node, v: &str) {
     let before = node.tree();
@@ -285,6 +332,7 @@ fn patch_cycle(node: &Node, v: &str) {
     );
     let patched = node.tree();
     node.bbolt_check();
+    check_apply_phases(node, &report);
     assert_ne!(
         before, patched,
         "{} patch --to {v} changed the store",

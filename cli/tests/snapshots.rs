@@ -46,7 +46,18 @@ fn without_timings(json: &str) -> String {
         .as_object_mut()
         .expect("the report has timings");
     assert!(!timings.is_empty(), "the report has timings");
-    for v in timings.values_mut() {
+    for (k, v) in timings.iter_mut() {
+        if k == "apply_phases" {
+            // (the steps' names stay: they are the store's, the same every run)
+            for step in v.as_array_mut().expect("apply_phases is a list") {
+                assert!(
+                    step["ms"].is_number(),
+                    "a step's timing is a number: {step}"
+                );
+                step["ms"] = serde_json::Value::String("[ms]".into());
+            }
+            continue;
+        }
         assert!(v.is_number(), "a timing is a number: {v}");
         *v = serde_json::Value::String("[ms]".into());
     }

@@ -76,7 +76,9 @@ pub use hashcompat::{Hash, KubeletVersion as Version};
 pub use hazard::{Hazard, Severity};
 pub use node::{default_backup_dir, StoreLocation};
 pub use patch::{patch, BackupOptions, PatchReport};
-pub use plan::{Action, From, NodeFiles, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT};
+pub use plan::{
+    Action, From, NodeFiles, PhaseTiming, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT,
+};
 pub use progress::{Event, Progress, Silent};
 pub use rollback::{rollback, rollback_values, ValueRollback};
 pub use upgrade::{

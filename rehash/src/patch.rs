@@ -179,6 +179,14 @@ pub fn patch(
         already: outcome.already.len(),
     });
     report.timings.backup_and_apply_ms = Some(t_apply.elapsed().as_secs_f64() * 1e3);
+    report.timings.apply_phases = outcome
+        .phases
+        .iter()
+        .map(|&(phase, ms)| crate::plan::PhaseTiming {
+            phase: phase.to_string(),
+            ms,
+        })
+        .collect();
     report.backup_dir = Some(backup.dir.display().to_string());
 
     // Read back what the runtime will read: every rewrite must now hold its target.

@@ -155,8 +155,22 @@ pub struct Timings {
     /// Reading back what was written (patch only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_ms: Option<f64>,
+    /// The steps of the store's rewrite inside `backup_and_apply_ms`, in order (patch only;
+    /// each runtime's own steps, e.g. containerd's `edit`, `page_plan`, `check`, `backup`,
+    /// `commit`, `read_back`): where a slow patch spent the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apply_phases: Vec<PhaseTiming>,
     /// The whole command.
     pub total_ms: f64,
+}
+
+/// One step of a store's rewrite and its wall time ([`Timings::apply_phases`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTiming {
+    /// The step, as the store names it.
+    pub phase: String,
+    /// Its wall time in milliseconds.
+    pub ms: f64,
 }
 
 /// Which step wrote a report.

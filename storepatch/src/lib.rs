@@ -292,6 +292,30 @@ pub struct ApplyOutcome {
     pub files_written: usize,
     /// Bytes written to the store.
     pub bytes_written: u64,
+    /// The wall time of each step of the apply, in order, in milliseconds (the steps are the
+    /// store's own: see each store's `apply`). Reported as `timings.apply_phases` so that an
+    /// operator sees where a slow patch spent its window, and so the benchmark can compare
+    /// like with like (scripts/bench-node.sh: the bolt transaction alone against Go's).
+    #[serde(skip)]
+    pub phases: Vec<(&'static str, f64)>,
+}
+
+/// A stopwatch read at the end of each step of an apply ([`ApplyOutcome::phases`]).
+#[derive(Debug)]
+pub(crate) struct Lap(std::time::Instant);
+
+impl Lap {
+    /// Starts the first step now.
+    pub(crate) fn start() -> Self {
+        Lap(std::time::Instant::now())
+    }
+
+    /// Ends the step `name` now, starts the next one, and records the one ended in `into`.
+    pub(crate) fn split(&mut self, name: &'static str, into: &mut Vec<(&'static str, f64)>) {
+        let now = std::time::Instant::now();
+        into.push((name, (now - self.0).as_secs_f64() * 1e3));
+        self.0 = now;
+    }
 }
 
 /// One runtime's metadata store. Implementations must be usable from several threads.

@@ -167,6 +167,26 @@ fn sha256(b: &[u8]) -> [u8; 32] {
     sha2::Sha256::digest(b).into()
 }
 
+impl ApplyStats {
+    /// The steps of the apply for the report ([`crate::ApplyOutcome::phases`]): `edit`,
+    /// `page_plan` and `commit` are what a bbolt transaction does (bench-node.sh compares
+    /// their sum with Go's `db.Update`); `read` (lock, and the scan's check and records taken
+    /// over or redone), `check` (the planned tree checked before any write), `backup` and
+    /// `read_back` are what this tool adds for safety.
+    pub fn phases(&self) -> Vec<(&'static str, f64)> {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        vec![
+            ("read", ms(self.t_read)),
+            ("edit", ms(self.t_json)),
+            ("page_plan", ms(self.t_plan.saturating_sub(self.t_json))),
+            ("check", ms(self.t_verify)),
+            ("backup", ms(self.t_backup)),
+            ("commit", ms(self.t_commit)),
+            ("read_back", ms(self.t_after)),
+        ]
+    }
+}
+
 /// Timings and figures of one [`ContainerdStore::apply_detailed`].
 #[derive(Debug, Clone, Default)]
 pub struct ApplyStats {
@@ -914,6 +934,7 @@ impl ContainerdStore {
         st.file_len_after = cs.file_len_after;
         outcome.files_written = 1;
         outcome.bytes_written = cs.bytes_written;
+        outcome.phases = st.phases();
         Ok((outcome, st))
     }
 }

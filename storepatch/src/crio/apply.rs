@@ -41,6 +41,7 @@ impl CrioStore {
         rewrites: &[Rewrite],
         backup: &mut Backup,
     ) -> Result<ApplyOutcome, StoreError> {
+        let mut lap = crate::Lap::start();
         // Phase 0: where every file is (the file systems to flush are opened before any write).
         let located: Vec<Located> = rewrites
             .iter()
@@ -109,9 +110,11 @@ impl CrioStore {
             }
         }
         pack.close()?;
+        lap.split("edit_and_stage", &mut outcome.phases);
         // Phase 2: the copies and the staged files made durable (one flush when they share a
         // file system), then the manifest, before the first rename.
         backup.commit()?;
+        lap.split("backup_commit", &mut outcome.phases);
 
         // Phase 3: the renames, wave after wave on a pool of I/O threads, then syncfs
         // (atomic::StagedBatch). Every new byte is durable before the first rename, so a crash
@@ -119,6 +122,7 @@ impl CrioStore {
         if !batch.is_empty() {
             batch.commit()?;
         }
+        lap.split("rename", &mut outcome.phases);
 
         // Phase 4: re-read what was written: each file holds the bytes the backup recorded.
         let reread: Vec<Result<(), StoreError>> = atomic::on_io_threads(|| {
@@ -144,6 +148,7 @@ impl CrioStore {
         outcome.files_written = sizes.len();
         outcome.bytes_written = sizes.values().sum();
         backup.finish()?;
+        lap.split("read_back", &mut outcome.phases);
         Ok(outcome)
     }
 

@@ -601,6 +601,7 @@ impl RuntimeStore for DockerStore {
     /// when every file is planned and staged does the backup commit (one flush for the copies
     /// and the staged files), and only then are the files renamed (atomic::StagedBatch).
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
+        let mut lap = crate::Lap::start();
         // What an earlier apply read answers nothing after this one starts writing.
         self.read_after_write
             .lock()
@@ -661,9 +662,11 @@ impl RuntimeStore for DockerStore {
             }
         }
         pack.close()?;
+        lap.split("edit_and_stage", &mut outcome.phases);
         // The copies and the staged files made durable by one flush when they share a file
         // system, then the manifest: the backup is complete before the first rename.
         backup.commit()?;
+        lap.split("backup_commit", &mut outcome.phases);
         if changed.is_empty() {
             backup.finish()?;
             return Ok(outcome);
@@ -673,6 +676,7 @@ impl RuntimeStore for DockerStore {
         // Renamed over the originals on a pool of I/O threads, then one more syncfs: any crash
         // leaves every file either old or new.
         batch.commit()?;
+        lap.split("rename", &mut outcome.phases);
         outcome.files_written = changed.len();
         // Read back what we wrote: every file must hold the bytes the backup recorded as new.
         // The labels of those bytes are kept for the patch's read-back (read_back_labels).
@@ -720,6 +724,7 @@ impl RuntimeStore for DockerStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = labels;
         backup.finish()?;
+        lap.split("read_back", &mut outcome.phases);
         outcome.changed = changed.into_iter().map(|(id, _, _)| id).collect();
         Ok(outcome)
     }
