@@ -527,13 +527,17 @@ impl Sweep {
 fn sweep(node: Node, limit: u64, rekill: bool, timed: u32) {
     let mut s = Sweep::new(node, None);
     if s.node.kind == Kind::Containerd {
-        // the undo file of the default page backup is written and fsync-ed before the manifest
+        // the undo file of the default page backup is written, then made durable by the
+        // backup's syncfs, before the first write to meta.db
         let at = |name: &str| s.points.iter().position(|p| p == name);
+        let (written, first_write) = (at("backup-pages-write"), at("bolt-write-pages"));
         assert!(
-            at("backup-pages-write") < at("backup-pages-fsync")
-                && at("backup-pages-fsync").is_some()
-                && at("backup-pages-fsync") < at("bolt-write-pages"),
-            "{:?}",
+            written.is_some()
+                && first_write.is_some()
+                && s.points[written.unwrap()..first_write.unwrap()]
+                    .iter()
+                    .any(|p| p == "backup-syncfs"),
+            "the page backup is durable before meta.db is written: {:?}",
             s.points
         );
     }
@@ -593,13 +597,13 @@ fn crash_sweep_large_containerd_1_7() {
     let mut chosen: Vec<u64> = (1..=s.points.len() as u64)
         .filter(|n| {
             let p = &s.points[*n as usize - 1];
-            p.starts_with("bolt-") || p.starts_with("backup-pages-")
+            p.starts_with("bolt-") || p.starts_with("backup-pages-") || p == "backup-syncfs"
         })
         .collect();
     assert!(
         chosen
             .iter()
-            .any(|n| s.points[*n as usize - 1] == "backup-pages-fsync"),
+            .any(|n| s.points[*n as usize - 1] == "backup-pages-write"),
         "the default backup of meta.db is by page: {:?}",
         s.points
     );

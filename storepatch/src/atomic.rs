@@ -219,6 +219,17 @@ pub fn replace_file_with(
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
+/// [`stage_file_nosync`] of the bytes `write` streams: for a file that one [`syncfs`] made
+/// durable together with others (a backup's manifest and its copies) before its
+/// [`StagedFile::commit`] and [`sync_dir`].
+pub fn stage_file_with_nosync(
+    path: &Path,
+    meta: FileMeta,
+    write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<StagedFile, StoreError> {
+    stage_file_with(path, meta, false, write)
+}
+
 fn replace_file_inner(
     path: &Path,
     bytes: &[u8],

@@ -972,11 +972,22 @@ fn crash_sweep_leaves_old_or_new_bytes_and_rolls_back() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let points = String::from_utf8_lossy(&out.stderr)
+    let names: Vec<String> = String::from_utf8_lossy(&out.stderr)
         .lines()
-        .filter(|l| l.starts_with("kubelet-rehash fault point"))
-        .count() as u64;
-    assert!(points >= 20, "expected many fault points, saw {points}");
+        .filter_map(|l| l.strip_prefix("kubelet-rehash fault point "))
+        .filter_map(|l| l.split_once(": ").map(|(_, name)| name.to_string()))
+        .collect();
+    let points = names.len() as u64;
+    // Every durable step is a point: the backup made durable (one syncfs) before the first of
+    // the four files (graph and run copies of two containers) is renamed over, each rename,
+    // and the syncfs after them.
+    let at = |name: &str| names.iter().position(|n| n == name);
+    assert!(
+        at("backup-syncfs").is_some_and(|b| at("rename").is_some_and(|r| b < r))
+            && names.iter().filter(|n| *n == "rename").count() >= 4
+            && names.iter().filter(|n| *n == "syncfs").count() >= 2,
+        "the sweep covers the backup's flush, every rename and the flushes around them: {names:?}"
+    );
     eprintln!("crio crash sweep: {points} fault points");
 
     use std::os::unix::process::ExitStatusExt;

@@ -234,8 +234,9 @@ impl Backup {
         }
         let (ranges, zero_ranges) = (stored, zero);
         let sha256_original = hex::encode(h.finalize());
-        fault::point("backup-pages-fsync");
-        f.sync_all().map_err(|e| StoreError::io(&copy, e))?;
+        // Not fsynced on its own: [`Backup::commit`]'s syncfs of the backup's file system,
+        // which must come before any write to the store, makes it durable with the manifest
+        // (and reports its writeback errors). One journal commit fewer inside the window.
         self.manifest.format = PAGES_FORMAT;
         self.manifest.entries.push(ManifestEntry {
             path: path.to_path_buf(),

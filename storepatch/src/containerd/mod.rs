@@ -75,7 +75,10 @@ pub struct ContainerdStore {
 #[derive(Debug, Clone)]
 struct Hashes {
     ns: String,
-    sha256: [u8; 32],
+    /// The sha256 of the value's bytes. `None` only in a scan's hashes whose read the scan
+    /// kept ([`ScanRead`]): the apply that takes that read over has the very bytes decoded,
+    /// and one that does not decodes again; only a scan whose read is not kept pays for it.
+    sha256: Option<[u8; 32]>,
     hash: Option<String>,
     hash_without_resources: Option<String>,
 }
@@ -615,7 +618,7 @@ impl ContainerdStore {
                     }
                     hashes = Some(Hashes {
                         ns: f.ns.clone(),
-                        sha256: sha256(raw),
+                        sha256: None,
                         hash: r.hash.clone(),
                         hash_without_resources: r.hash_without_resources.clone(),
                     });
@@ -730,12 +733,16 @@ impl ContainerdStore {
         }
         use rayon::prelude::*;
         let scanned = std::mem::take(&mut self.decode_cache().scanned);
+        // A value the scan decoded is taken as decoded when it is the very bytes the scan
+        // read: by construction when the apply took over the scan's read (its records are
+        // those the scan decoded), else by their sha256 (the file may have changed between).
+        let same_read = st.read_reused;
         let results: Vec<Result<Rewritten, StoreError>> = targets
             .par_iter()
             .map(|(rw, f, loc, raw)| {
                 let known = scanned
                     .get(&f.id)
-                    .filter(|h| h.ns == f.ns && h.sha256 == sha256(raw));
+                    .filter(|h| h.ns == f.ns && (same_read || h.sha256 == Some(sha256(raw))));
                 new_value(rw, loc, raw, known)
             })
             .collect();
@@ -758,7 +765,7 @@ impl ContainerdStore {
             hashes.ns = f.ns.clone();
             let Some(new_raw) = value else {
                 outcome.already.push(rw.id.clone());
-                hashes.sha256 = sha256(raw);
+                hashes.sha256 = Some(sha256(raw));
                 applied.push((rw.id.clone(), hashes));
                 continue;
             };
@@ -770,9 +777,10 @@ impl ContainerdStore {
                 b"extensions".to_vec(),
             ];
             let pref: Vec<&[u8]> = path.iter().map(Vec::as_slice).collect();
-            hashes.sha256 = sha256(&new_raw);
+            let digest = sha256(&new_raw);
+            hashes.sha256 = Some(digest);
             edits.put(&pref, cri::CONTAINER_EXT.as_bytes(), new_raw);
-            expected.push((path, hashes.sha256));
+            expected.push((path, digest));
             applied.push((rw.id.clone(), hashes));
             outcome.changed.push(rw.id.clone());
         }
@@ -811,7 +819,11 @@ impl ContainerdStore {
         let t2 = Instant::now();
         let meta_page = plan.new_meta.encode();
         let planned = plan.view(&db.data).with_residency(db.residency());
-        let rep2 = bolt::check::check_planned(&planned, &plan.new_meta, &report);
+        // (the tree's check and the values' check read the same planned pages: at once)
+        let (rep2, values) = rayon::join(
+            || bolt::check::check_planned(&planned, &plan.new_meta, &report),
+            || verify_values(&planned, Root::Page(plan.new_meta.root), &expected),
+        );
         if !rep2.is_ok() {
             return Err(StoreError::Verify {
                 location: self.db_path.display().to_string(),
@@ -821,11 +833,9 @@ impl ContainerdStore {
                 ),
             });
         }
-        verify_values(&planned, Root::Page(plan.new_meta.root), &expected).map_err(|reason| {
-            StoreError::Verify {
-                location: self.db_path.display().to_string(),
-                reason,
-            }
+        values.map_err(|reason| StoreError::Verify {
+            location: self.db_path.display().to_string(),
+            reason,
         })?;
         st.t_verify = t2.elapsed();
 
@@ -1004,7 +1014,7 @@ fn new_value(
             cri::CONTAINER_TYPE_URL
         )));
     }
-    // The scan decoded these very bytes (same sha256) with the whole decoder; else decode
+    // The scan decoded these very bytes (the caller made sure) with the whole decoder; else decode
     // them now. The field scan of decode_json runs in proof::rewrite_proven when there is
     // something to change.
     let annotations: BTreeMap<String, String> = match known {
@@ -1048,7 +1058,7 @@ fn new_value(
     }
     let mut hashes = Hashes {
         ns: String::new(),
-        sha256: [0; 32],
+        sha256: None,
         hash: d.annotations.get(HASH_ANNOTATION).cloned(),
         hash_without_resources: d
             .annotations
@@ -1221,8 +1231,29 @@ fn lookup<'a>(
 }
 
 /// Whether every value at its bucket path under `root` has its expected sha256. The pages are
-/// read with `pread` where the view has its file (the values lie all over it).
+/// read with `pread` where the view has its file (the values lie all over it), on rayon's
+/// threads, a slice of [`VERIFY_SLICE`] values each; the error named is the first in
+/// `expected` order.
 fn verify_values(
+    view: &View<'_>,
+    root: Root<'_>,
+    expected: &[(Vec<Vec<u8>>, [u8; 32])],
+) -> Result<(), String> {
+    use rayon::prelude::*;
+    expected
+        .par_chunks(VERIFY_SLICE)
+        .map(|slice| verify_slice(view, root, slice))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// Values one task of [`verify_values`] checks: each task looks the shared buckets up again,
+/// so a slice holds many values (those lookups are ~3 of the ~7 page reads of a value).
+const VERIFY_SLICE: usize = 128;
+
+/// [`verify_values`] of one slice, in order.
+fn verify_slice(
     view: &View<'_>,
     root: Root<'_>,
     expected: &[(Vec<Vec<u8>>, [u8; 32])],
@@ -1338,20 +1369,33 @@ impl RuntimeStore for ContainerdStore {
                 .about(&self.db_path),
             );
         }
-        let (found, decoded) = collected.map_err(|e| corrupt(&self.db_path, e))?;
+        let (found, mut decoded) = collected.map_err(|e| corrupt(&self.db_path, e))?;
+        // A snapshot read of a locked file, or a file changed just before the scan, is not
+        // worth keeping: the apply reads it again, and tells the values decoded here by their
+        // sha256 (taken now, for this case only).
+        let keep = identity
+            .as_ref()
+            .is_some_and(|id| warning_free && id.settled_before(started));
+        if !keep {
+            use rayon::prelude::*;
+            decoded
+                .par_iter_mut()
+                .zip(found.par_iter())
+                .for_each(|((_, h), f)| {
+                    if let (Some(h), Some((_, raw))) = (h, f.ext()) {
+                        h.sha256 = Some(sha256(raw));
+                    }
+                });
+        }
         let mut cache = self.decode_cache();
         cache.scanned.clear();
         cache.applied.clear();
-        // A snapshot read of a locked file, or a file changed just before the scan, is not
-        // worth keeping: the apply reads it again.
-        cache.read = identity
-            .filter(|id| warning_free && id.settled_before(started))
-            .map(|identity| ScanRead {
-                identity,
-                meta_pages: meta_pages(&db.data, &db.meta).to_vec(),
-                check,
-                found,
-            });
+        cache.read = identity.filter(|_| keep).map(|identity| ScanRead {
+            identity,
+            meta_pages: meta_pages(&db.data, &db.meta).to_vec(),
+            check,
+            found,
+        });
         for (r, h) in decoded {
             if let Some(h) = h {
                 cache.scanned.insert(r.id.clone(), h);

@@ -104,38 +104,46 @@ impl ContainerdStore {
         if !ids.is_empty() && ids.iter().all(|id| applied.contains_key(*id)) {
             // Each value the apply left, found where containerd looks it up: byte-equal to it,
             // it holds the hashes the apply put there; anything else is decoded.
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                let h = &applied[*id];
-                let location = format!("{}:v1/{}/containers/{id}", self.db_path.display(), h.ns);
-                let mut r = StoreRecord::new(id.to_string(), RecordKind::Container, location);
-                let path: [&[u8]; 5] = [
-                    b"v1",
-                    h.ns.as_bytes(),
-                    b"containers",
-                    id.as_bytes(),
-                    b"extensions",
-                ];
-                let raw = match super::lookup(&view, db.root(), &path, cri::CONTAINER_EXT)
-                    .map_err(|e| corrupt(&self.db_path, e))?
-                {
-                    super::Lookup::Value(raw) => raw,
-                    // the container itself is gone: not read back (as the full walk does)
-                    super::Lookup::NoBucket(depth) if depth < 4 => continue,
-                    _ => {
-                        r.kind = RecordKind::Undecodable;
-                        r.problem = Some("no CRI container extension".into());
-                        out.push(r);
-                        continue;
+            // (each lookup reads its pages with pread: on rayon's threads, in request order)
+            use rayon::prelude::*;
+            let read: Vec<Result<Option<StoreRecord>, StoreError>> = ids
+                .par_iter()
+                .map(|id| {
+                    let h = &applied[*id];
+                    let location =
+                        format!("{}:v1/{}/containers/{id}", self.db_path.display(), h.ns);
+                    let mut r = StoreRecord::new(id.to_string(), RecordKind::Container, location);
+                    let path: [&[u8]; 5] = [
+                        b"v1",
+                        h.ns.as_bytes(),
+                        b"containers",
+                        id.as_bytes(),
+                        b"extensions",
+                    ];
+                    let raw = match super::lookup(&view, db.root(), &path, cri::CONTAINER_EXT)
+                        .map_err(|e| corrupt(&self.db_path, e))?
+                    {
+                        super::Lookup::Value(raw) => raw,
+                        // the container itself is gone: not read back (as the full walk does)
+                        super::Lookup::NoBucket(depth) if depth < 4 => return Ok(None),
+                        _ => {
+                            r.kind = RecordKind::Undecodable;
+                            r.problem = Some("no CRI container extension".into());
+                            return Ok(Some(r));
+                        }
+                    };
+                    if Some(super::sha256(raw)) == h.sha256 {
+                        r.hash = h.hash.clone();
+                        r.hash_without_resources = h.hash_without_resources.clone();
+                    } else {
+                        read_hashes(&mut r, raw);
                     }
-                };
-                if super::sha256(raw) == h.sha256 {
-                    r.hash = h.hash.clone();
-                    r.hash_without_resources = h.hash_without_resources.clone();
-                } else {
-                    read_hashes(&mut r, raw);
-                }
-                out.push(r);
+                    Ok(Some(r))
+                })
+                .collect();
+            let mut out = Vec::with_capacity(ids.len());
+            for r in read {
+                out.extend(r?);
             }
             return Ok(out);
         }
