@@ -522,7 +522,7 @@ impl ContainerdStore {
 
     fn pid_of(&self, id: &str) -> (Option<u32>, Option<String>) {
         let p = self.root.join(CRI_CONTAINERS).join(id).join("status");
-        let bytes = match std::fs::read(&p) {
+        let bytes = match crate::atomic::read_noatime(&p) {
             Ok(b) => b,
             Err(_) => return (None, None),
         };
