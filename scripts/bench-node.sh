@@ -5,6 +5,9 @@
 #
 #   sudo scripts/bench-node.sh [PAIRS]        (default 5; at least 5 for figures worth quoting)
 #   BIN_BEFORE=/path/to/older/kubelet-rehash sudo scripts/bench-node.sh    (also time that one)
+#   BIN=dist/…/kubelet-rehash sudo scripts/bench-node.sh    (time that binary instead of a fresh
+#       --release build: e.g. the static musl one scripts/release.sh ships, which is not the
+#       glibc build the figures in the README are of; see the README's Cost section)
 #
 # Environment (all optional):
 #   NODES="docker-20.10 containerd-1.7"   which of the two large nodes (default both)
@@ -57,10 +60,13 @@ scale_runs="${SCALE_RUNS:-3}"
 [ "$(id -u)" = 0 ] || { echo "bench-node.sh: needs root (mkfs + loop mount)" >&2; exit 2; }
 [ -x /usr/bin/time ] || { echo "bench-node.sh: needs /usr/bin/time (Debian package time)" >&2; exit 2; }
 
-cargo build --release -q -p kubelet-rehash
+[ -n "${BIN:-}" ] || cargo build --release -q -p kubelet-rehash
 [ "${SCALE:-1}" = 1 ] && cargo build --release -q -p testtools --bin grow-node
 grower="${CARGO_TARGET_DIR:-$here/target}/release/grow-node"
-bin="${CARGO_TARGET_DIR:-$here/target}/release/kubelet-rehash"
+bin="${BIN:-${CARGO_TARGET_DIR:-$here/target}/release/kubelet-rehash}"
+[ -x "$bin" ] || { echo "bench-node.sh: $bin is not an executable" >&2; exit 2; }
+# (BIN may be relative: the runs cd into the node)
+bin="$(realpath "$bin")"
 bins=("$bin")
 names=(after)
 if [ -n "${BIN_BEFORE:-}" ]; then
