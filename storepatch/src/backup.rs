@@ -450,23 +450,14 @@ impl Backup {
         // commit fewer than a manifest written and fsynced on its own, inside the window).
         let staged = atomic::stage_file_with_nosync(
             &self.dir.join(MANIFEST_NAME),
-            Self::manifest_meta(),
-            &mut |w| serde_json::to_writer_pretty(w, &self.manifest).map_err(std::io::Error::from),
+            FileMeta::private(),
+            &mut |w| self.write_manifest_to(w),
         )?;
         syncfs(&self.dir_fd, &self.dir)?;
         staged.commit()?;
         atomic::sync_dir(&self.dir)?;
         self.committed = true;
         Ok(())
-    }
-
-    /// Mode and owner of the manifest: 0600, ours.
-    fn manifest_meta() -> FileMeta {
-        FileMeta {
-            mode: 0o600,
-            uid: unsafe { libc::geteuid() },
-            gid: unsafe { libc::getegid() },
-        }
     }
 
     /// Marks the backup `applied` after every store write succeeded.
@@ -488,24 +479,21 @@ impl Backup {
         write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
     ) -> Result<(), StoreError> {
         let path = self.dir.join(name);
-        atomic::replace_file_with(
-            &path,
-            FileMeta {
-                mode: 0o600,
-                uid: unsafe { libc::geteuid() },
-                gid: unsafe { libc::getegid() },
-            },
-            write,
-        )
+        atomic::replace_file_with(&path, FileMeta::private(), write)
     }
 
     fn write_manifest(&self) -> Result<(), StoreError> {
         // Streamed: on a node of thousands of files the manifest is a megabyte, written twice.
         atomic::replace_file_with(
             &self.dir.join(MANIFEST_NAME),
-            Self::manifest_meta(),
-            &mut |w| serde_json::to_writer_pretty(w, &self.manifest).map_err(std::io::Error::from),
+            FileMeta::private(),
+            &mut |w| self.write_manifest_to(w),
         )
+    }
+
+    /// The manifest's JSON, streamed to `w`.
+    fn write_manifest_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(w, &self.manifest).map_err(std::io::Error::from)
     }
 }
 
