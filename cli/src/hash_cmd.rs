@@ -87,7 +87,7 @@ fn doc_items<'a>(doc: &Node<'a>, out: &mut Vec<Item<'a>>, line: Option<usize>) -
             Some(Node {
                 value: NodeValue::String(s),
                 ..
-            }) => Ok(s.clone()),
+            }) => Ok(s.to_string()),
             Some(Node {
                 value: NodeValue::Number(n),
                 ..

@@ -176,7 +176,7 @@ fn decode_into(
                 decode_into(tree, *elem, inner, node, path)?;
             }
         }
-        (Kind::String, NodeValue::String(s)) => *v = GoValue::Str(s.clone()),
+        (Kind::String, NodeValue::String(s)) => *v = GoValue::Str(s.to_string()),
         (Kind::Bool, NodeValue::Bool(b)) => *v = GoValue::Bool(*b),
         (Kind::Int(IntKind::Signed(bits)), NodeValue::Number(lit)) => {
             let n = parse_go_int(lit, *bits).ok_or_else(|| DecodeError {
@@ -231,13 +231,13 @@ fn decode_into(
             for (k, item) in members {
                 // Each entry is decoded into a fresh zero element, then stored (replacing).
                 let mut e = zero(tree, *elem);
-                path.push(k.clone());
+                path.push(k.to_string());
                 let r = decode_into(tree, *elem, &mut e, item, path);
                 path.pop();
                 r?;
-                match map.binary_search_by(|(mk, _)| mk.as_str().cmp(k.as_str())) {
+                match map.binary_search_by(|(mk, _)| mk.as_str().cmp(k.as_ref())) {
                     Ok(i) => map[i].1 = e,
-                    Err(i) => map.insert(i, (k.clone(), e)),
+                    Err(i) => map.insert(i, (k.to_string(), e)),
                 }
             }
             *v = GoValue::Map(Some(map));
@@ -323,7 +323,7 @@ fn decode_int_or_string(
     if node.raw.first() == Some(&b'"') {
         fields[ti] = GoValue::Int(1);
         if let NodeValue::String(s) = &node.value {
-            fields[si] = GoValue::Str(s.clone());
+            fields[si] = GoValue::Str(s.to_string());
         }
         return Ok(());
     }

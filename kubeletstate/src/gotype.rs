@@ -294,7 +294,7 @@ impl Layout {
             _ => {}
         }
         match (self.ty(name), &node.value, v) {
-            (GoType::String, NodeValue::String(s), Val::Str(out)) => *out = s.clone(),
+            (GoType::String, NodeValue::String(s), Val::Str(out)) => *out = s.to_string(),
             (GoType::Int { bits }, NodeValue::Number(n), Val::Int(out)) => {
                 *out = parse_int(n, *bits).ok_or_else(|| number_error(n, path, name))?
             }
@@ -332,7 +332,7 @@ impl Layout {
                 let map = out.get_or_insert_with(BTreeMap::new);
                 for (k, item) in members {
                     let key = match self.ty(key) {
-                        GoType::String => Key::Str(k.clone()),
+                        GoType::String => Key::Str(k.to_string()),
                         GoType::Int { bits } => Key::Int(parse_int(k, *bits).ok_or_else(|| {
                             DecodeError::Json(format!(
                                 "json: cannot unmarshal number {k} into Go value {path} of type {key}"

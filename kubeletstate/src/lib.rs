@@ -510,7 +510,7 @@ fn reader_for(kind: CheckpointKind, target: KubeletVersion) -> Choice {
     }
 }
 
-fn members<'a>(node: &'a Node<'a>) -> Option<&'a [(String, Node<'a>)]> {
+fn members<'a>(node: &'a Node<'a>) -> Option<&'a [(std::borrow::Cow<'a, str>, Node<'a>)]> {
     match &node.value {
         NodeValue::Object(m) => Some(m),
         _ => None,
@@ -545,7 +545,7 @@ fn detect_format(
     let has = |name: &str| ms.iter().any(|(k, _)| gotype::go_equal_fold(name, k));
     let names = || {
         ms.iter()
-            .map(|(k, _)| k.as_str())
+            .map(|(k, _)| k.as_ref())
             .collect::<Vec<_>>()
             .join(", ")
     };

@@ -6,6 +6,7 @@
 //! receives the raw token, escapes unprocessed). So the tree here keeps keys in order,
 //! duplicates included, and every value's raw byte span.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// A syntax error, with the byte offset Go would report.
@@ -45,12 +46,14 @@ pub enum NodeValue<'a> {
     Bool(bool),
     /// The number literal as written.
     Number(&'a str),
-    /// The decoded string (escapes processed, invalid UTF-8 replaced as Go does).
-    String(String),
+    /// The decoded string (escapes processed, invalid UTF-8 replaced as Go does): borrowed
+    /// from the input when it needed no decoding (most strings of a pod spec: a node's
+    /// pods file is parsed whole, and an allocation per string was most of the run's).
+    String(Cow<'a, str>),
     /// Elements in input order.
     Array(Vec<Node<'a>>),
     /// Members in input order; duplicate keys kept.
-    Object(Vec<(String, Node<'a>)>),
+    Object(Vec<(Cow<'a, str>, Node<'a>)>),
 }
 
 impl<'a> Node<'a> {
@@ -373,7 +376,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Scans a string starting at the opening quote; returns it decoded like Go's `unquote`.
-    fn string(&mut self) -> Result<String, SyntaxError> {
+    fn string(&mut self) -> Result<Cow<'a, str>, SyntaxError> {
         self.i += 1;
         let start = self.i;
         // Fast path: plain printable ASCII without escapes.
@@ -381,7 +384,7 @@ impl<'a> Parser<'a> {
             if b == b'"' {
                 let s = std::str::from_utf8(&self.s[start..self.i]).unwrap_or_default();
                 self.i += 1;
-                return Ok(s.to_string());
+                return Ok(Cow::Borrowed(s));
             }
             if b == b'\\' || !(0x20..0x80).contains(&b) {
                 break;
@@ -478,7 +481,7 @@ impl<'a> Parser<'a> {
             }
         }
         // Every push above keeps `out` valid UTF-8.
-        Ok(String::from_utf8(out).unwrap_or_default())
+        Ok(Cow::Owned(String::from_utf8(out).unwrap_or_default()))
     }
 
     fn hex4(&mut self) -> Result<u32, SyntaxError> {
@@ -506,9 +509,45 @@ mod tests {
 
     fn s(input: &str) -> String {
         match parse(input.as_bytes()).unwrap().value {
-            NodeValue::String(s) => s,
+            NodeValue::String(s) => s.into_owned(),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn strings_that_need_no_decoding_borrow_the_input() {
+        let doc = parse(br#"{"name":"nginx","args":["a\tb","caf\u00e9"]}"#).unwrap();
+        let NodeValue::Object(members) = &doc.value else {
+            panic!("{doc:?}")
+        };
+        assert!(
+            matches!(members[0].0, Cow::Borrowed("name")),
+            "a plain key borrows the input (no allocation per key)"
+        );
+        assert!(
+            matches!(
+                doc.get("name").unwrap().value,
+                NodeValue::String(Cow::Borrowed("nginx"))
+            ),
+            "a plain string value borrows the input"
+        );
+        let args: Vec<_> = match &doc.get("args").unwrap().value {
+            NodeValue::Array(a) => a.iter().map(|n| n.value.clone()).collect(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            args,
+            [
+                NodeValue::String(Cow::Owned("a\tb".to_string())),
+                NodeValue::String(Cow::Owned("café".to_string()))
+            ],
+            "escaped strings are decoded into owned text"
+        );
+        assert!(
+            args.iter()
+                .all(|v| matches!(v, NodeValue::String(Cow::Owned(_)))),
+            "a string with escapes cannot borrow"
+        );
     }
 
     #[test]
