@@ -47,7 +47,7 @@ fn corpus() -> Vec<String> {
         .collect()
 }
 
-fn decode_all(lines: &[String], v: KubeletVersion) -> Vec<DecodedContainer> {
+fn decode_all(lines: &[String], v: KubeletVersion) -> Vec<DecodedContainer<'_>> {
     lines
         .iter()
         .map(|l| {

@@ -123,9 +123,9 @@ pub enum SpecError {
 /// A container decoded with one version's type tree. Decoding is shared by all versions with
 /// the same tree; hashing from here streams the text into the hasher without materialising it.
 #[derive(Debug, Clone)]
-pub struct DecodedContainer {
+pub struct DecodedContainer<'a> {
     tree: usize,
-    value: GoValue,
+    value: GoValue<'a>,
 }
 
 fn tree_of(v: KubeletVersion) -> &'static TypeTree {
@@ -133,7 +133,10 @@ fn tree_of(v: KubeletVersion) -> &'static TypeTree {
 }
 
 /// Decodes a parsed spec as the kubelet of `version` would.
-pub fn decode(node: &Node<'_>, version: KubeletVersion) -> Result<DecodedContainer, SpecError> {
+pub fn decode<'a>(
+    node: &Node<'a>,
+    version: KubeletVersion,
+) -> Result<DecodedContainer<'a>, SpecError> {
     if !matches!(node.value, NodeValue::Object(_)) {
         return Err(SpecError::NotAnObject(node.kind_name()));
     }
@@ -146,12 +149,12 @@ pub fn decode(node: &Node<'_>, version: KubeletVersion) -> Result<DecodedContain
     })
 }
 
-impl DecodedContainer {
+impl<'a> DecodedContainer<'a> {
     fn tree(&self) -> &'static TypeTree {
         &schema::all().trees[self.tree]
     }
 
-    fn root_field(&self, name: &str) -> Option<&GoValue> {
+    fn root_field(&self, name: &str) -> Option<&GoValue<'a>> {
         let tree = self.tree();
         let i = tree.field_index(tree.root, name)?;
         match &self.value {
@@ -162,7 +165,7 @@ impl DecodedContainer {
 
     /// The copy `HashContainerWithoutResources` hashes: `Resources` replaced by an empty
     /// `ResourceRequirements`.
-    fn without_resources(&self) -> GoValue {
+    fn without_resources(&self) -> GoValue<'a> {
         let tree = self.tree();
         let mut v = self.value.clone();
         if let (Some(i), GoValue::Struct(fs)) = (tree.field_index(tree.root, "Resources"), &mut v) {
@@ -206,7 +209,7 @@ impl DecodedContainer {
 
     fn write_name_image_json<S: Sink>(&self, out: &mut S) {
         let get = |n: &str| match self.root_field(n) {
-            Some(GoValue::Str(s)) => s.as_str(),
+            Some(GoValue::Str(s)) => s.as_ref(),
             _ => "",
         };
         // json.Marshal(map[string]string) sorts keys: "image" < "name".

@@ -11,14 +11,17 @@
 use crate::gojson::parse::{Node, NodeValue};
 use crate::quantity::Quantity;
 use crate::schema::{IntKind, Kind, Special, TypeId, TypeTree};
+use std::borrow::Cow;
 use std::fmt;
 
 /// A Go value of the container tree. Nil and empty stay apart (`None` vs `Some(vec![])`)
 /// because go-spew prints `<nil>` for one and `[]`/`map[]` for the other.
 #[derive(Debug, Clone, PartialEq)]
-pub enum GoValue {
-    /// A string, or a named string type.
-    Str(String),
+pub enum GoValue<'a> {
+    /// A string, or a named string type: borrowed from the parsed spec where its JSON
+    /// string needed no decoding (a decode per version per container, on rayon's threads:
+    /// an allocation per string field was most of the hashing's).
+    Str(Cow<'a, str>),
     /// A bool.
     Bool(bool),
     /// A signed integer of any width.
@@ -26,17 +29,17 @@ pub enum GoValue {
     /// An unsigned integer of any width.
     Uint(u64),
     /// A pointer; `None` is nil.
-    Ptr(Option<Box<GoValue>>),
+    Ptr(Option<Box<GoValue<'a>>>),
     /// A slice; `None` is nil.
-    Slice(Option<Vec<GoValue>>),
+    Slice(Option<Vec<GoValue<'a>>>),
     /// Entries sorted by key bytes (Go map iteration order does not matter: both emitters
     /// sort keys).
-    Map(Option<Vec<(String, GoValue)>>),
+    Map(Option<Vec<(Cow<'a, str>, GoValue<'a>)>>),
     /// Field values in declaration order.
-    Struct(Vec<GoValue>),
+    Struct(Vec<GoValue<'a>>),
     /// A `resource.Quantity`: the parsed value (for `MarshalJSON`) and its struct form as
     /// go-spew walks it.
-    Quantity(Box<(Quantity, GoValue)>),
+    Quantity(Box<(Quantity, GoValue<'a>)>),
 }
 
 /// Why a container spec cannot be decoded by the kubelet of a version.
@@ -59,7 +62,7 @@ impl fmt::Display for DecodeError {
 }
 
 /// The zero value of a type.
-pub fn zero(tree: &TypeTree, ty: TypeId) -> GoValue {
+pub fn zero(tree: &TypeTree, ty: TypeId) -> GoValue<'static> {
     let t = tree.ty(ty);
     if t.special == Special::Quantity {
         let q = Quantity::zero();
@@ -67,7 +70,7 @@ pub fn zero(tree: &TypeTree, ty: TypeId) -> GoValue {
         return GoValue::Quantity(Box::new((q, s)));
     }
     match &t.kind {
-        Kind::String => GoValue::Str(String::new()),
+        Kind::String => GoValue::Str(Cow::Borrowed("")),
         Kind::Bool => GoValue::Bool(false),
         Kind::Int(IntKind::Signed(_)) => GoValue::Int(0),
         Kind::Int(IntKind::Unsigned(_)) => GoValue::Uint(0),
@@ -79,18 +82,36 @@ pub fn zero(tree: &TypeTree, ty: TypeId) -> GoValue {
 }
 
 /// Decodes `node` into a fresh value of the tree's root type (`v1.Container`).
-pub fn decode_container(tree: &TypeTree, node: &Node<'_>) -> Result<GoValue, DecodeError> {
+pub fn decode_container<'a>(tree: &TypeTree, node: &Node<'a>) -> Result<GoValue<'a>, DecodeError> {
     let mut v = zero(tree, tree.root);
     let mut path = Vec::new();
     decode_into(tree, tree.root, &mut v, node, &mut path)?;
     Ok(v)
 }
 
-fn path_string(path: &[String]) -> String {
-    path.join(".")
+/// One step of the JSON path to the value being decoded, kept for error messages only: a
+/// borrowed name or an index, so the decode allocates nothing per field for it.
+#[derive(Clone, Copy)]
+enum PathStep<'p> {
+    Name(&'p str),
+    Index(usize),
 }
 
-fn type_err(path: &[String], node: &Node<'_>, go_type: &str) -> DecodeError {
+fn path_string(path: &[PathStep<'_>]) -> String {
+    let mut out = String::new();
+    for (i, step) in path.iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        match step {
+            PathStep::Name(n) => out.push_str(n),
+            PathStep::Index(n) => out.push_str(&n.to_string()),
+        }
+    }
+    out
+}
+
+fn type_err(path: &[PathStep<'_>], node: &Node<'_>, go_type: &str) -> DecodeError {
     DecodeError {
         path: path_string(path),
         msg: format!(
@@ -149,12 +170,12 @@ fn parse_go_uint(lit: &str, bits: u8) -> Option<u64> {
     (v <= max).then_some(v)
 }
 
-fn decode_into(
-    tree: &TypeTree,
+fn decode_into<'a, 'p>(
+    tree: &'p TypeTree,
     ty: TypeId,
-    v: &mut GoValue,
-    node: &Node<'_>,
-    path: &mut Vec<String>,
+    v: &mut GoValue<'a>,
+    node: &'p Node<'a>,
+    path: &mut Vec<PathStep<'p>>,
 ) -> Result<(), DecodeError> {
     let t = tree.ty(ty);
     match t.special {
@@ -176,7 +197,7 @@ fn decode_into(
                 decode_into(tree, *elem, inner, node, path)?;
             }
         }
-        (Kind::String, NodeValue::String(s)) => *v = GoValue::Str(s.to_string()),
+        (Kind::String, NodeValue::String(s)) => *v = GoValue::Str(s.clone()),
         (Kind::Bool, NodeValue::Bool(b)) => *v = GoValue::Bool(*b),
         (Kind::Int(IntKind::Signed(bits)), NodeValue::Number(lit)) => {
             let n = parse_go_int(lit, *bits).ok_or_else(|| DecodeError {
@@ -209,7 +230,7 @@ fn decode_into(
             let mut old_iter = old.into_iter();
             for (i, item) in items.iter().enumerate() {
                 let mut e = old_iter.next().unwrap_or_else(|| zero(tree, *elem));
-                path.push(i.to_string());
+                path.push(PathStep::Index(i));
                 let r = decode_into(tree, *elem, &mut e, item, path);
                 path.pop();
                 r?;
@@ -231,13 +252,13 @@ fn decode_into(
             for (k, item) in members {
                 // Each entry is decoded into a fresh zero element, then stored (replacing).
                 let mut e = zero(tree, *elem);
-                path.push(k.to_string());
+                path.push(PathStep::Name(k));
                 let r = decode_into(tree, *elem, &mut e, item, path);
                 path.pop();
                 r?;
-                match map.binary_search_by(|(mk, _)| mk.as_str().cmp(k.as_ref())) {
+                match map.binary_search_by(|(mk, _)| mk.as_ref().cmp(k.as_ref())) {
                     Ok(i) => map[i].1 = e,
-                    Err(i) => map.insert(i, (k.to_string(), e)),
+                    Err(i) => map.insert(i, (k.clone(), e)),
                 }
             }
             *v = GoValue::Map(Some(map));
@@ -257,7 +278,7 @@ fn decode_into(
                     };
                     slot = &mut fs[i];
                 }
-                path.push(f.name.clone());
+                path.push(PathStep::Name(&f.name));
                 let r = decode_into(tree, f.ty, slot, item, path);
                 path.pop();
                 r?;
@@ -268,12 +289,12 @@ fn decode_into(
     Ok(())
 }
 
-fn decode_quantity(
-    tree: &TypeTree,
+fn decode_quantity<'a, 'p>(
+    tree: &'p TypeTree,
     ty: TypeId,
-    v: &mut GoValue,
-    node: &Node<'_>,
-    path: &[String],
+    v: &mut GoValue<'a>,
+    node: &'p Node<'a>,
+    path: &[PathStep<'_>],
 ) -> Result<(), DecodeError> {
     let q = if matches!(node.value, NodeValue::Null) {
         // UnmarshalJSON("null") zeroes the amounts but leaves the cached string and Format.
@@ -300,12 +321,12 @@ fn decode_quantity(
     Ok(())
 }
 
-fn decode_int_or_string(
-    tree: &TypeTree,
+fn decode_int_or_string<'a, 'p>(
+    tree: &'p TypeTree,
     ty: TypeId,
-    v: &mut GoValue,
-    node: &Node<'_>,
-    path: &[String],
+    v: &mut GoValue<'a>,
+    node: &'p Node<'a>,
+    path: &[PathStep<'_>],
 ) -> Result<(), DecodeError> {
     let ti = tree
         .field_index(ty, "Type")
@@ -323,7 +344,7 @@ fn decode_int_or_string(
     if node.raw.first() == Some(&b'"') {
         fields[ti] = GoValue::Int(1);
         if let NodeValue::String(s) = &node.value {
-            fields[si] = GoValue::Str(s.to_string());
+            fields[si] = GoValue::Str(s.clone());
         }
         return Ok(());
     }
@@ -351,7 +372,7 @@ fn decode_int_or_string(
 /// The struct form of a quantity as go-spew walks it: `{i:{value scale} d:{Dec:*inf.Dec} s
 /// Format}` with `inf.Dec{unscaled:big.Int{neg abs} scale}`. Fields are matched by name
 /// against the schema (checked at load), so the printed layout always follows the schema.
-fn quantity_struct(tree: &TypeTree, ty: TypeId, q: &Quantity) -> GoValue {
+fn quantity_struct(tree: &TypeTree, ty: TypeId, q: &Quantity) -> GoValue<'static> {
     let Kind::Struct(fields) = &tree.ty(ty).kind else {
         unreachable!("resource.Quantity is a struct")
     };
@@ -412,8 +433,8 @@ fn quantity_struct(tree: &TypeTree, ty: TypeId, q: &Quantity) -> GoValue {
                 };
                 by_names(tree, f.ty, &[("Dec", ptr)])
             }
-            "s" => GoValue::Str(q.s.clone()),
-            "Format" => GoValue::Str(q.format.as_go_str().to_string()),
+            "s" => GoValue::Str(Cow::Owned(q.s.clone())),
+            "Format" => GoValue::Str(Cow::Borrowed(q.format.as_go_str())),
             _ => zero(tree, f.ty),
         })
         .collect();
@@ -421,7 +442,7 @@ fn quantity_struct(tree: &TypeTree, ty: TypeId, q: &Quantity) -> GoValue {
 }
 
 /// A struct value of type `ty` with the named fields set and the others zero.
-fn by_names(tree: &TypeTree, ty: TypeId, vals: &[(&str, GoValue)]) -> GoValue {
+fn by_names(tree: &TypeTree, ty: TypeId, vals: &[(&str, GoValue<'static>)]) -> GoValue<'static> {
     let mut v = zero(tree, ty);
     if let GoValue::Struct(fs) = &mut v {
         for (name, val) in vals {
@@ -436,6 +457,31 @@ fn by_names(tree: &TypeTree, ty: TypeId, vals: &[(&str, GoValue)]) -> GoValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_decode_error_names_the_json_path_of_the_value() {
+        let v: crate::KubeletVersion = "1.31".parse().unwrap();
+        let error_of =
+            |json: &str| match crate::decode(&crate::parse_json(json.as_bytes()).unwrap(), v) {
+                Err(crate::SpecError::Decode { error, .. }) => error,
+                other => panic!("{json}: expected a decode error, got {other:?}"),
+            };
+        assert_eq!(
+            error_of(r#"{"name":"a","ports":[{"containerPort":80},{"containerPort":"x"}]}"#).path,
+            "ports.1.containerPort",
+            "array elements are named by their index"
+        );
+        assert_eq!(
+            error_of(r#"{"name":"a","resources":{"limits":{"cpu":true}}}"#).path,
+            "resources.limits.cpu",
+            "map entries are named by their key"
+        );
+        assert_eq!(
+            error_of(r#"{"NAME":7}"#).to_string(),
+            "field name: cannot unmarshal number into Go value of type string",
+            "a field matched case-insensitively is named as the type declares it"
+        );
+    }
 
     #[test]
     fn fold_matches_go() {
