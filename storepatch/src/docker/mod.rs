@@ -23,6 +23,7 @@ use crate::{
 };
 use rayon::prelude::*;
 use serde::Deserialize;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs;
 use std::io::ErrorKind;
@@ -94,18 +95,22 @@ pub struct DockerStore {
     read_after_write: std::sync::Arc<std::sync::Mutex<HashMap<String, readback::Labels>>>,
 }
 
+/// What the scan reads of a config.v2.json. Strings are borrowed from the file's bytes where
+/// their JSON needs no unescaping (every label of a kubelet container): the scan decodes a
+/// file per container on rayon's threads, and a String per label key and value was most of
+/// its allocations.
 #[derive(Deserialize)]
-struct ConfigV2 {
-    #[serde(rename = "ID")]
-    id: Option<String>,
-    #[serde(rename = "Name", default)]
-    name: Option<String>,
+struct ConfigV2<'a> {
+    #[serde(rename = "ID", borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(rename = "Name", default, borrow)]
+    name: Option<Cow<'a, str>>,
     #[serde(rename = "State")]
     state: Option<StateV2>,
-    #[serde(rename = "Config")]
-    config: Option<ContainerConfig>,
-    #[serde(rename = "Image", default)]
-    image: Option<String>,
+    #[serde(rename = "Config", borrow)]
+    config: Option<ContainerConfig<'a>>,
+    #[serde(rename = "Image", default, borrow)]
+    image: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -115,11 +120,44 @@ struct StateV2 {
 }
 
 #[derive(Deserialize)]
-struct ContainerConfig {
-    #[serde(rename = "Labels", default)]
-    labels: Option<HashMap<String, String>>,
-    #[serde(rename = "Image", default)]
-    image: Option<String>,
+struct ContainerConfig<'a> {
+    #[serde(rename = "Labels", default, borrow)]
+    labels: Option<HashMap<Text<'a>, Text<'a>>>,
+    #[serde(rename = "Image", default, borrow)]
+    image: Option<Cow<'a, str>>,
+}
+
+/// A JSON string borrowed from the input where it needs no unescaping, owned otherwise
+/// (serde's own `Cow` borrows only as a field's type, not inside a map).
+#[derive(PartialEq, Eq, Hash)]
+struct Text<'a>(Cow<'a, str>);
+
+impl std::borrow::Borrow<str> for Text<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(Visitor)
+    }
 }
 
 /// A container id we may join to a path: one plain name, nothing that could walk elsewhere.
@@ -304,7 +342,7 @@ impl DockerStore {
             None => return undecodable(format!("{}: has no ID", path.display())),
         }
         let labels = cfg.config.as_ref().and_then(|c| c.labels.as_ref());
-        let label = |k: &str| labels.and_then(|l| l.get(k)).cloned();
+        let label = |k: &str| labels.and_then(|l| l.get(k)).map(|v| v.0.to_string());
         let kind = match label(DOCKER_TYPE_LABEL).as_deref() {
             Some("container") => RecordKind::Container,
             Some("podsandbox") => RecordKind::Sandbox,
@@ -320,9 +358,10 @@ impl DockerStore {
         r.image = cfg
             .config
             .as_ref()
-            .and_then(|c| c.image.clone())
+            .and_then(|c| c.image.as_deref())
             .filter(|s| !s.is_empty())
-            .or(cfg.image.clone().filter(|s| !s.is_empty()));
+            .or(cfg.image.as_deref().filter(|s| !s.is_empty()))
+            .map(str::to_string);
         r.pid = cfg
             .state
             .as_ref()
