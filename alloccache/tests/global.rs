@@ -4,24 +4,10 @@
 //! handed out twice, or a list corrupted, shows as a wrong byte.
 
 use std::sync::mpsc;
+use testtools::Rng;
 
 #[global_allocator]
 static ALLOCATOR: alloccache::ThreadCache = alloccache::ThreadCache;
-
-/// xorshift64*: deterministic, so a failure repeats.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A buffer and the seed of its pattern.
 struct Owned {
@@ -78,7 +64,7 @@ fn buffers_of_every_size_across_threads_keep_their_bytes() {
                         live.push(received);
                     }
                     match rng.below(6) {
-                        0 | 1 => live.push(Owned::new(size(&mut rng), rng.next() as u8)),
+                        0 | 1 => live.push(Owned::new(size(&mut rng), rng.next_u64() as u8)),
                         2 if !live.is_empty() => {
                             let i = rng.below(live.len() as u64) as usize;
                             let o = live.swap_remove(i);

@@ -20,6 +20,8 @@ pub mod docker;
 pub mod grow;
 pub mod kubelet;
 pub mod node_tree;
+pub mod rng;
+pub use rng::Rng;
 
 /// The bytes of a gzip-compressed fixture (`gzip -dc`; the large bundled stores are kept
 /// compressed).

@@ -509,22 +509,9 @@ pub fn fill_up(dir: &Path) -> PathBuf {
     p
 }
 
-/// Deterministic pseudo-random numbers (xorshift64*), seeded and printed by the caller.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+/// Deterministic pseudo-random numbers, seeded and printed by the caller.
+#[allow(unused_imports)] // (not every test that includes this module draws numbers)
+pub use testtools::Rng;
 
 pub fn seed() -> u64 {
     std::env::var("RELIABILITY_SEED")
