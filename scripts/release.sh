@@ -10,6 +10,7 @@
 # workspace Cargo.toml and linked by the toolchain's own rust-lld against the self-contained
 # musl crt objects and libc.a that rustup's musl rust-std ships: no C cross toolchain is
 # needed, for arm64 either. Everything is set here, for this build only (no ~/.cargo/config).
+# Their allocator is musl's malloc behind alloccache/'s per-thread cache (cli/src/main.rs says why).
 #
 # The completions and man pages come from the clap definitions through the amd64 binary
 # (the same definitions as arm64's). Tarballs are reproducible for a commit: file order,
