@@ -289,11 +289,11 @@ fn decode_into<'a, 'p>(
     Ok(())
 }
 
-fn decode_quantity<'a, 'p>(
-    tree: &'p TypeTree,
+fn decode_quantity<'a>(
+    tree: &TypeTree,
     ty: TypeId,
     v: &mut GoValue<'a>,
-    node: &'p Node<'a>,
+    node: &Node<'a>,
     path: &[PathStep<'_>],
 ) -> Result<(), DecodeError> {
     let q = if matches!(node.value, NodeValue::Null) {
@@ -321,11 +321,11 @@ fn decode_quantity<'a, 'p>(
     Ok(())
 }
 
-fn decode_int_or_string<'a, 'p>(
-    tree: &'p TypeTree,
+fn decode_int_or_string<'a>(
+    tree: &TypeTree,
     ty: TypeId,
     v: &mut GoValue<'a>,
-    node: &'p Node<'a>,
+    node: &Node<'a>,
     path: &[PathStep<'_>],
 ) -> Result<(), DecodeError> {
     let ti = tree

@@ -102,15 +102,15 @@ pub struct DockerStore {
 #[derive(Deserialize)]
 struct ConfigV2<'a> {
     #[serde(rename = "ID", borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<Text<'a>>,
     #[serde(rename = "Name", default, borrow)]
-    name: Option<Cow<'a, str>>,
+    name: Option<Text<'a>>,
     #[serde(rename = "State")]
     state: Option<StateV2>,
     #[serde(rename = "Config", borrow)]
     config: Option<ContainerConfig<'a>>,
     #[serde(rename = "Image", default, borrow)]
-    image: Option<Cow<'a, str>>,
+    image: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -124,13 +124,20 @@ struct ContainerConfig<'a> {
     #[serde(rename = "Labels", default, borrow)]
     labels: Option<HashMap<Text<'a>, Text<'a>>>,
     #[serde(rename = "Image", default, borrow)]
-    image: Option<Cow<'a, str>>,
+    image: Option<Text<'a>>,
 }
 
 /// A JSON string borrowed from the input where it needs no unescaping, owned otherwise
-/// (serde's own `Cow` borrows only as a field's type, not inside a map).
+/// (serde's own `Cow` borrows only as a field's very type: not inside a map, nor an `Option`).
 #[derive(PartialEq, Eq, Hash)]
 struct Text<'a>(Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
 
 impl std::borrow::Borrow<str> for Text<'_> {
     fn borrow(&self) -> &str {
@@ -342,7 +349,7 @@ impl DockerStore {
             None => return undecodable(format!("{}: has no ID", path.display())),
         }
         let labels = cfg.config.as_ref().and_then(|c| c.labels.as_ref());
-        let label = |k: &str| labels.and_then(|l| l.get(k)).map(|v| v.0.to_string());
+        let label = |k: &str| labels.and_then(|l| l.get(k)).map(|v| v.to_string());
         let kind = match label(DOCKER_TYPE_LABEL).as_deref() {
             Some("container") => RecordKind::Container,
             Some("podsandbox") => RecordKind::Sandbox,
