@@ -332,13 +332,17 @@ pub fn hash_container(
     hash_container_bytes(&bytes, version)
 }
 
-/// Hashes for every version in `versions` (ascending), decoding once per distinct type tree.
-/// One entry per version: a spec may decode for some versions and not for others.
+/// Hashes for every version in `versions` (ascending), decoding once per distinct type tree
+/// and hashing once per distinct (tree, form): versions that share both (1.10 and 1.11, 1.16
+/// to 1.18, …) hash every container identically, so the hash is computed once and given to
+/// each. One entry per version: a spec may decode for some versions and not for others.
 pub fn hash_versions(
     node: &Node<'_>,
     versions: &[KubeletVersion],
 ) -> Vec<Result<ContainerHashes, SpecError>> {
     let mut cache: Option<(usize, Result<DecodedContainer, SpecError>)> = None;
+    // the last version hashed, by (tree, form)
+    let mut last: Option<((usize, HashForm), ContainerHashes)> = None;
     versions
         .iter()
         .map(|&v| {
@@ -347,7 +351,15 @@ pub fn hash_versions(
                 cache = Some((idx, decode(node, v)));
             }
             match &cache.as_ref().expect("just set").1 {
-                Ok(d) => Ok(d.hashes(v)),
+                Ok(d) => {
+                    let key = (idx, v.hash_form());
+                    let h = match &last {
+                        Some((k, h)) if *k == key => ContainerHashes { version: v, ..*h },
+                        _ => d.hashes(v),
+                    };
+                    last = Some((key, h));
+                    Ok(h)
+                }
                 Err(SpecError::Decode { error, .. }) => Err(SpecError::Decode {
                     version: v,
                     error: error.clone(),
