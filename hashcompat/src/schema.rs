@@ -412,6 +412,14 @@ pub struct VersionTrees {
     pub trees: Vec<TypeTree>,
 }
 
+/// Every embedded version, ascending: known without parsing a schema (a command line's version
+/// is checked before any tree is needed, and the trees take milliseconds to build).
+pub fn embedded_versions() -> impl Iterator<Item = (u32, u32)> {
+    embedded::SCHEMAS
+        .iter()
+        .map(|&(major, minor, _)| (major, minor))
+}
+
 /// All embedded trees, parsed once.
 pub fn all() -> &'static VersionTrees {
     static ALL: OnceLock<VersionTrees> = OnceLock::new();

@@ -75,10 +75,8 @@ impl KubeletVersion {
 
     /// Every supported version, ascending.
     pub fn all() -> Vec<KubeletVersion> {
-        schema::all()
-            .versions
-            .iter()
-            .map(|&(major, minor, _)| KubeletVersion { major, minor })
+        schema::embedded_versions()
+            .map(|(major, minor)| KubeletVersion { major, minor })
             .collect()
     }
 
@@ -171,6 +169,24 @@ impl serde::Serialize for KubeletVersion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The version list is read off the embedded files without building a tree; it is exactly
+    /// the versions the trees are built for, in the same order, each with a tree.
+    #[test]
+    fn the_versions_listed_without_a_tree_are_those_with_one() {
+        let listed = KubeletVersion::all();
+        let trees = schema::all();
+        let with_tree: Vec<KubeletVersion> = trees
+            .versions
+            .iter()
+            .map(|&(major, minor, _)| KubeletVersion { major, minor })
+            .collect();
+        assert_eq!(listed, with_tree, "the same versions in the same order");
+        assert!(listed.windows(2).all(|w| w[0] < w[1]), "ascending");
+        for v in &listed {
+            assert!(v.tree_index() < trees.trees.len(), "{v} has a tree");
+        }
+    }
 
     #[test]
     fn parses_the_usual_spellings() {

@@ -290,7 +290,13 @@ impl Plan {
             let parsing = std::thread::Builder::new()
                 .name("pods-parse".into())
                 .stack_size(PARSE_STACK)
-                .spawn_scoped(scope, || PodIndex::parse(pods))
+                .spawn_scoped(scope, || {
+                    let parsed = PodIndex::parse(pods);
+                    // The hashes need the embedded type trees; built here, beside the scan,
+                    // they are not built on the critical path by the first hash.
+                    hashcompat::schema::all();
+                    parsed
+                })
                 .ok();
             let read = NodeRead::read(store, to, node);
             (parsing.map(|p| p.join()), read)
