@@ -15,6 +15,7 @@ use hashcompat::{ContainerHashes, Hash, KubeletVersion, SpecError};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use storepatch::bytes::ByContent;
 use storepatch::{RecordKind, Rewrite, RuntimeKind, RuntimeStore, ScanReport, StoreRecord};
 
 /// The version of the report this crate writes (docs/report.md); [`Plan::from_json`] reads
@@ -509,17 +510,18 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
     };
 
     // Hash every distinct spec once, in parallel.
-    let mut specs: HashMap<&[u8], Option<Hashes>> = HashMap::new();
+    // (the replicas of a pod template share one spec: keyed by content, kilobytes each)
+    let mut specs: HashMap<ByContent<'_>, Option<Hashes>> = HashMap::new();
     for r in &input.scan.records {
         if let Some(c) = spec_of(input.pods, r) {
-            specs.entry(c.spec).or_insert(None);
+            specs.entry(ByContent(c.spec)).or_insert(None);
         }
     }
-    let keys: Vec<&[u8]> = specs.keys().copied().collect();
-    let computed: Vec<(&[u8], Hashes)> = keys
+    let keys: Vec<ByContent<'_>> = specs.keys().copied().collect();
+    let computed: Vec<(ByContent<'_>, Hashes)> = keys
         .par_iter()
         .map(|raw| {
-            let node = hashcompat::parse_json(raw).expect("a span of a parsed document parses");
+            let node = hashcompat::parse_json(raw.0).expect("a span of a parsed document parses");
             (*raw, hashcompat::hash_versions(&node, &wanted))
         })
         .collect();
@@ -528,7 +530,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
     }
     let hash_ms = started.elapsed().as_secs_f64() * 1e3;
     let hashes_for = |r: &StoreRecord| -> Option<&Hashes> {
-        spec_of(input.pods, r).and_then(|c| specs.get(c.spec).and_then(|h| h.as_ref()))
+        spec_of(input.pods, r).and_then(|c| specs.get(&ByContent(c.spec)).and_then(|h| h.as_ref()))
     };
     let at = |h: &Hashes, v: KubeletVersion| -> Option<Result<ContainerHashes, SpecError>> {
         wanted.iter().position(|w| *w == v).map(|i| h[i].clone())

@@ -58,6 +58,7 @@
 
 pub mod atomic;
 pub mod backup;
+pub mod bytes;
 pub mod containerd;
 pub mod crio;
 pub mod docker;

@@ -38,7 +38,10 @@ pub fn prove(old: &[u8], new: &[u8], splices: &[Spliced<'_>]) -> Result<(), Stri
             return Err(format!("splice span {:?} overlaps or lies outside", s.span));
         }
         let keep = &old[at..s.span.start];
-        if new.get(nat..nat + keep.len()) != Some(keep) {
+        if !new
+            .get(nat..nat + keep.len())
+            .is_some_and(|n| crate::bytes::equal(n, keep))
+        {
             return Err(format!("the bytes before offset {} differ", s.span.start));
         }
         nat += keep.len();
@@ -73,7 +76,10 @@ pub fn prove(old: &[u8], new: &[u8], splices: &[Spliced<'_>]) -> Result<(), Stri
         nat += token_len;
         at = s.span.end;
     }
-    if new.get(nat..) != Some(&old[at..]) {
+    if !new
+        .get(nat..)
+        .is_some_and(|n| crate::bytes::equal(n, &old[at..]))
+    {
         return Err(format!("the bytes after offset {at} differ"));
     }
     Ok(())

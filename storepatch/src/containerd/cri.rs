@@ -117,7 +117,7 @@ pub fn any_layout(raw: &[u8]) -> Result<AnyLayout, String> {
         <Any as prost::Message>::decode(raw).map_err(|e| format!("not a protobuf Any: {e}"))?;
     let type_url = type_url.unwrap_or_default();
     let (len_prefix, value) = value.unwrap_or((raw.len()..raw.len(), raw.len()..raw.len()));
-    if any.type_url != type_url || any.value != raw[value.clone()] {
+    if any.type_url != type_url || !crate::bytes::equal(&any.value, &raw[value.clone()]) {
         return Err("protobuf decoders disagree on this Any".into());
     }
     Ok(AnyLayout {

@@ -57,9 +57,9 @@ pub(super) fn rewrite_proven(
     out.extend_from_slice(&raw[l.value.end..]);
     let nl = cri::any_layout(&out).map_err(|e| format!("rewritten value: {e}"))?;
     if nl.type_url != l.type_url
-        || out[nl.value.clone()] != new_json[..]
-        || out[..l.len_prefix.start] != raw[..l.len_prefix.start]
-        || out[nl.value.end..] != raw[l.value.end..]
+        || !crate::bytes::equal(&out[nl.value.clone()], &new_json)
+        || !crate::bytes::equal(&out[..l.len_prefix.start], &raw[..l.len_prefix.start])
+        || !crate::bytes::equal(&out[nl.value.end..], &raw[l.value.end..])
     {
         return Err("the rewritten Any differs in more than its value".into());
     }
