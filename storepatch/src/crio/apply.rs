@@ -70,8 +70,10 @@ impl CrioStore {
                 .collect();
             let mut writes: Vec<PlannedFile> = Vec::new();
             for (rw, files) in wave.iter().zip(plans) {
-                let changes: Vec<PlannedFile> =
-                    files?.into_iter().filter(|f| f.new != f.original).collect();
+                let changes: Vec<PlannedFile> = files?
+                    .into_iter()
+                    .filter(|f| !crate::bytes::equal(&f.new, &f.original))
+                    .collect();
                 if changes.is_empty() {
                     outcome.already.push(rw.id.clone());
                 } else {

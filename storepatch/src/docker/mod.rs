@@ -680,8 +680,9 @@ impl RuntimeStore for DockerStore {
                 .collect::<Vec<_>>()
                 .into_iter()
                 .collect::<Result<_, _>>()?;
-            let (wave_changed, already): (Vec<Planned>, Vec<Planned>) =
-                planned.into_iter().partition(|p| p.new != p.original);
+            let (wave_changed, already): (Vec<Planned>, Vec<Planned>) = planned
+                .into_iter()
+                .partition(|p| !crate::bytes::equal(&p.new, &p.original));
             outcome.already.extend(already.into_iter().map(|p| p.id));
             let items: Vec<backup::SaveItem> = wave_changed
                 .iter()
