@@ -146,7 +146,8 @@ pub struct Summary {
 pub struct Timings {
     /// Reading the store.
     pub scan_ms: f64,
-    /// Hashing every distinct spec for every version needed.
+    /// Hashing every distinct spec for every version needed, and (`--from auto`) the vote
+    /// on the source version, which decides what is needed.
     pub hash_ms: f64,
     /// Hashing and deciding.
     pub plan_ms: f64,
@@ -228,7 +229,13 @@ pub struct Plan {
     pub cri_dockerd: Option<crate::cri_dockerd::CriDockerdSwitch>,
 }
 
-type Hashes = Vec<Result<ContainerHashes, SpecError>>;
+/// Containers (of distinct specs) hashed for every version to name the versions the others
+/// are hashed for ([`make_plan`]).
+const SAMPLE: usize = 8;
+
+/// A spec's hashes, by version in [`KubeletVersion::all`]'s order: `None` where the plan did
+/// not need that version's ([`make_plan`]).
+type Hashes = Vec<Option<Result<ContainerHashes, SpecError>>>;
 /// The hashes of one version out of a [`Hashes`] row.
 type HashesAt<'f> =
     &'f dyn Fn(&Hashes, KubeletVersion) -> Option<Result<ContainerHashes, SpecError>>;
@@ -498,45 +505,6 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
     let started = std::time::Instant::now();
     let pods_hazard = check_pods_belong(input)?;
     let versions = KubeletVersion::all();
-    let wanted: Vec<KubeletVersion> = match input.from {
-        From::Auto => versions.clone(),
-        // A downgrade (`to` older than `from`) is proven the same way: the stored value is
-        // what `from` computes for the current spec; the target is the older version's hash.
-        From::Version(f) => {
-            let mut v = vec![f, input.to];
-            v.dedup();
-            v
-        }
-    };
-
-    // Hash every distinct spec once, in parallel.
-    // (the replicas of a pod template share one spec: keyed by content, kilobytes each)
-    let mut specs: HashMap<ByContent<'_>, Option<Hashes>> = HashMap::new();
-    for r in &input.scan.records {
-        if let Some(c) = spec_of(input.pods, r) {
-            specs.entry(ByContent(c.spec)).or_insert(None);
-        }
-    }
-    let keys: Vec<ByContent<'_>> = specs.keys().copied().collect();
-    let computed: Vec<(ByContent<'_>, Hashes)> = keys
-        .par_iter()
-        .map(|raw| {
-            let node = hashcompat::parse_json(raw.0).expect("a span of a parsed document parses");
-            (*raw, hashcompat::hash_versions(&node, &wanted))
-        })
-        .collect();
-    for (k, h) in computed {
-        specs.insert(k, Some(h));
-    }
-    let hash_ms = started.elapsed().as_secs_f64() * 1e3;
-    let hashes_for = |r: &StoreRecord| -> Option<&Hashes> {
-        spec_of(input.pods, r).and_then(|c| specs.get(&ByContent(c.spec)).and_then(|h| h.as_ref()))
-    };
-    let at = |h: &Hashes, v: KubeletVersion| -> Option<Result<ContainerHashes, SpecError>> {
-        wanted.iter().position(|w| *w == v).map(|i| h[i].clone())
-    };
-
-    // Which versions does each container's stored value prove?
     let matches = |r: &StoreRecord, h: &ContainerHashes| -> bool {
         let Some(stored) = r.hash.as_deref() else {
             return false;
@@ -553,56 +521,169 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
         }
     };
 
+    // Every distinct spec is hashed once per version it needs, in parallel.
+    // (the replicas of a pod template share one spec: keyed by content, kilobytes each)
+    let mut spec_index: HashMap<ByContent<'_>, usize> = HashMap::new();
+    let mut specs: Vec<ByContent<'_>> = Vec::new();
+    for r in &input.scan.records {
+        if let Some(c) = spec_of(input.pods, r) {
+            spec_index.entry(ByContent(c.spec)).or_insert_with(|| {
+                specs.push(ByContent(c.spec));
+                specs.len() - 1
+            });
+        }
+    }
+    let mut rows: Vec<Hashes> = vec![vec![None; versions.len()]; specs.len()];
+    let spec_of_record =
+        |r: &StoreRecord| spec_of(input.pods, r).map(|c| spec_index[&ByContent(c.spec)]);
+    // Which versions a record's stored hash matches, among those its row holds.
+    let set_of = |rows: &[Hashes], r: &StoreRecord| -> Option<BTreeSet<KubeletVersion>> {
+        let row = &rows[spec_of_record(r)?];
+        Some(
+            row.iter()
+                .flatten()
+                .filter_map(|x| x.as_ref().ok())
+                .filter(|x| matches(r, x))
+                .map(|x| x.version)
+                .collect(),
+        )
+    };
+    let containers = || {
+        input
+            .scan
+            .records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Container)
+    };
+    // Without a source version, a sample of containers names the versions all are hashed
+    // for: the source is a version every container that votes matches, so the versions that
+    // every sampled voter matches, and the target, are all the others need (all 29 for every
+    // spec was most of the planning time). What that leaves unproven gets every version
+    // below, and a vote the sample cannot vouch for is taken again on every version.
+    let mut sample: Vec<&StoreRecord> = Vec::new();
+    let first_list: Vec<KubeletVersion> = match input.from {
+        // A downgrade (`to` older than `from`) is proven the same way: the stored value is
+        // what `from` computes for the current spec; the target is the older version's hash.
+        From::Version(f) => {
+            let mut v = vec![f, input.to];
+            v.dedup();
+            v
+        }
+        From::Auto => {
+            let mut seen = BTreeSet::new();
+            let picked: Vec<(&StoreRecord, usize)> = containers()
+                .filter_map(|r| Some((r, spec_of_record(r)?)))
+                .filter(|(_, i)| seen.insert(*i))
+                .take(SAMPLE)
+                .collect();
+            let which: Vec<usize> = picked.iter().map(|(_, i)| *i).collect();
+            fill_rows(&mut rows, &specs, &which, &versions, &versions);
+            let sets: Vec<(&StoreRecord, BTreeSet<KubeletVersion>)> = picked
+                .iter()
+                .map(|(r, _)| (*r, set_of(&rows, r).expect("a spec")))
+                .filter(|(_, set)| !set.is_empty())
+                .collect();
+            // A container whose hash proves versions without the target votes whatever the
+            // others hold; when none of the sample does, those holding the target vote
+            // (unless another container turns out not to: checked after the vote).
+            let lacking: Vec<_> = sets
+                .iter()
+                .filter(|(_, s)| !s.contains(&input.to))
+                .collect();
+            let voting: Vec<_> = if lacking.is_empty() {
+                sets.iter().collect()
+            } else {
+                lacking
+            };
+            sample = voting.iter().map(|(r, _)| *r).collect();
+            let mut list: BTreeSet<KubeletVersion> = match voting.split_first() {
+                Some(((_, first), rest)) => rest.iter().fold(first.clone(), |a, (_, s)| {
+                    a.intersection(s).copied().collect()
+                }),
+                None => versions.iter().copied().collect(),
+            };
+            list.insert(input.to);
+            versions
+                .iter()
+                .copied()
+                .filter(|v| list.contains(v))
+                .collect()
+        }
+    };
+    let all_specs: Vec<usize> = (0..specs.len()).collect();
+    fill_rows(&mut rows, &specs, &all_specs, &first_list, &versions);
+
     let (from, from_candidates) = match input.from {
         From::Version(f) => (Some(f), vec![f]),
         From::Auto => {
-            let mut agreed: Option<BTreeSet<KubeletVersion>> = None;
-            let mut proven_any = false;
-            let mut disagreeing: Vec<String> = Vec::new();
-            let proven: Vec<(&StoreRecord, BTreeSet<KubeletVersion>)> = input
-                .scan
-                .records
-                .iter()
-                .filter(|r| r.kind == RecordKind::Container)
-                .filter_map(|r| {
-                    let h = hashes_for(r)?;
-                    let set: BTreeSet<KubeletVersion> = h
-                        .iter()
-                        .filter_map(|x| x.as_ref().ok())
-                        .filter(|x| matches(r, x))
-                        .map(|x| x.version)
-                        .collect();
-                    (!set.is_empty()).then_some((r, set))
-                })
+            // A record that matches none of the versions hashed may match another: its spec
+            // gets them all, so that whether it proves anything is exact.
+            let unproven: BTreeSet<usize> = containers()
+                .filter(|r| set_of(&rows, r).is_some_and(|s| s.is_empty()))
+                .filter_map(&spec_of_record)
                 .collect();
-            // A container that already holds its target hash stays unchanged whatever the
-            // source version, so it says nothing about it: after an interrupted patch (some
-            // containers rewritten, the others not) only the others decide. When every
-            // container holds its target (a finished patch), all of them do.
-            let pending = proven.iter().any(|(_, set)| !set.contains(&input.to));
-            for (r, set) in proven {
-                if pending && set.contains(&input.to) {
-                    continue;
-                }
-                proven_any = true;
-                let next: BTreeSet<KubeletVersion> = match &agreed {
-                    None => set.clone(),
-                    Some(a) => a.intersection(&set).copied().collect(),
-                };
-                if next.is_empty() {
-                    disagreeing.push(format!(
-                        "{} ({}/{}) is consistent only with {}",
-                        short(&r.id),
-                        r.pod.as_deref().unwrap_or("?"),
-                        r.container.as_deref().unwrap_or("?"),
-                        ranges(&set)
-                    ));
-                } else {
-                    agreed = Some(next);
-                }
+            let unproven: Vec<usize> = unproven.into_iter().collect();
+            fill_rows(&mut rows, &specs, &unproven, &versions, &versions);
+            let decide_from = |rows: &[Hashes]| {
+                let proven: Vec<(&StoreRecord, BTreeSet<KubeletVersion>)> = containers()
+                    .filter_map(|r| {
+                        let set = set_of(rows, r)?;
+                        (!set.is_empty()).then_some((r, set))
+                    })
+                    .collect();
+                // A container that already holds its target hash stays unchanged whatever
+                // the source version, so it says nothing about it: after an interrupted patch
+                // (some containers rewritten, the others not) only the others decide. When
+                // every container holds its target (a finished patch), all of them do.
+                let pending = proven.iter().any(|(_, set)| !set.contains(&input.to));
+                proven
+                    .into_iter()
+                    .filter(|(_, set)| !(pending && set.contains(&input.to)))
+                    .collect::<Vec<_>>()
+            };
+            let mut voters = decide_from(&rows);
+            // The agreed set is within the versions of every container that votes, so within
+            // the list when the sample's voters all vote (a vote without disagreement on the
+            // list is then the vote on every version; one with disagreement is taken again):
+            // else every spec gets every version and the vote is taken again.
+            let narrowed_exact = sample
+                .iter()
+                .all(|s| voters.iter().any(|(r, _)| std::ptr::eq(*r, *s)));
+            if !narrowed_exact {
+                fill_rows(&mut rows, &specs, &all_specs, &versions, &versions);
+                voters = decide_from(&rows);
             }
-            if !proven_any {
+            if voters.is_empty() {
                 return Err(Error::NothingProven);
+            }
+            let vote = |voters: &[(&StoreRecord, BTreeSet<KubeletVersion>)]| {
+                let mut agreed: Option<BTreeSet<KubeletVersion>> = None;
+                let mut disagreeing: Vec<String> = Vec::new();
+                for (r, set) in voters {
+                    let next: BTreeSet<KubeletVersion> = match &agreed {
+                        None => set.clone(),
+                        Some(a) => a.intersection(set).copied().collect(),
+                    };
+                    if next.is_empty() {
+                        disagreeing.push(format!(
+                            "{} ({}/{}) is consistent only with {}",
+                            short(&r.id),
+                            r.pod.as_deref().unwrap_or("?"),
+                            r.container.as_deref().unwrap_or("?"),
+                            ranges(set)
+                        ));
+                    } else {
+                        agreed = Some(next);
+                    }
+                }
+                (agreed, disagreeing)
+            };
+            let (mut agreed, mut disagreeing) = vote(&voters);
+            if !disagreeing.is_empty() && narrowed_exact {
+                // The refusal names each disagreeing container with every version it is
+                // consistent with: the vote again, on every version of every spec.
+                fill_rows(&mut rows, &specs, &all_specs, &versions, &versions);
+                (agreed, disagreeing) = vote(&decide_from(&rows));
             }
             if !disagreeing.is_empty() {
                 return Err(Error::FromDisagreement {
@@ -616,6 +697,14 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
             let from = agreed[0];
             (Some(from), agreed)
         }
+    };
+    let hash_ms = started.elapsed().as_secs_f64() * 1e3;
+    let hashes_for = |r: &StoreRecord| -> Option<&Hashes> { Some(&rows[spec_of_record(r)?]) };
+    let at = |h: &Hashes, v: KubeletVersion| -> Option<Result<ContainerHashes, SpecError>> {
+        versions
+            .iter()
+            .position(|w| *w == v)
+            .and_then(|i| h[i].clone())
     };
     let from_v = from.expect("set above");
 
@@ -655,6 +744,46 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
         backup_dir: None,
         cri_dockerd: None,
     })
+}
+
+/// Hashes the specs `which` (indexes into `specs`) for those of `list` their row does not
+/// hold yet, in parallel; rows are in `versions` order.
+fn fill_rows(
+    rows: &mut [Hashes],
+    specs: &[ByContent<'_>],
+    which: &[usize],
+    list: &[KubeletVersion],
+    versions: &[KubeletVersion],
+) {
+    let positions: Vec<(usize, KubeletVersion)> = versions
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, v)| list.contains(v))
+        .collect();
+    // (spec, the row positions hashed, their hashes)
+    type Filled = (usize, Vec<usize>, Vec<Result<ContainerHashes, SpecError>>);
+    let computed: Vec<Filled> = which
+        .par_iter()
+        .filter_map(|&i| {
+            let (at, missing): (Vec<usize>, Vec<KubeletVersion>) = positions
+                .iter()
+                .filter(|(p, _)| rows[i][*p].is_none())
+                .copied()
+                .unzip();
+            if missing.is_empty() {
+                return None;
+            }
+            let node =
+                hashcompat::parse_json(specs[i].0).expect("a span of a parsed document parses");
+            Some((i, at, hashcompat::hash_versions(&node, &missing)))
+        })
+        .collect();
+    for (i, at, hashes) in computed {
+        for (p, h) in at.into_iter().zip(hashes) {
+            rows[i][p] = Some(h);
+        }
+    }
 }
 
 fn short(id: &str) -> &str {
@@ -1035,3 +1164,6 @@ impl NodeRead {
 /// Stack of the thread that parses the pods file (reserved address space; only what the
 /// recursion touches becomes resident).
 const PARSE_STACK: usize = 32 << 20;
+
+#[cfg(test)]
+mod from_auto_tests;
