@@ -641,6 +641,11 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
                     .filter(|(_, set)| !(pending && set.contains(&input.to)))
                     .collect::<Vec<_>>()
             };
+            // (every spec hashed for every version, and the voters taken again)
+            let on_every_version = |rows: &mut Vec<Hashes>| {
+                fill_rows(rows, &specs, &all_specs, &versions, &versions);
+                decide_from(rows)
+            };
             let mut voters = decide_from(&rows);
             // The agreed set is within the versions of every container that votes, so within
             // the list when the sample's voters all vote (a vote without disagreement on the
@@ -650,8 +655,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
                 .iter()
                 .all(|s| voters.iter().any(|(r, _)| std::ptr::eq(*r, *s)));
             if !narrowed_exact {
-                fill_rows(&mut rows, &specs, &all_specs, &versions, &versions);
-                voters = decide_from(&rows);
+                voters = on_every_version(&mut rows);
             }
             if voters.is_empty() {
                 return Err(Error::NothingProven);
@@ -665,13 +669,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
                         Some(a) => a.intersection(set).copied().collect(),
                     };
                     if next.is_empty() {
-                        disagreeing.push(format!(
-                            "{} ({}/{}) is consistent only with {}",
-                            short(&r.id),
-                            r.pod.as_deref().unwrap_or("?"),
-                            r.container.as_deref().unwrap_or("?"),
-                            ranges(set)
-                        ));
+                        disagreeing.push(disagreement(r, set));
                     } else {
                         agreed = Some(next);
                     }
@@ -682,8 +680,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
             if !disagreeing.is_empty() && narrowed_exact {
                 // The refusal names each disagreeing container with every version it is
                 // consistent with: the vote again, on every version of every spec.
-                fill_rows(&mut rows, &specs, &all_specs, &versions, &versions);
-                (agreed, disagreeing) = vote(&decide_from(&rows));
+                (agreed, disagreeing) = vote(&on_every_version(&mut rows));
             }
             if !disagreeing.is_empty() {
                 return Err(Error::FromDisagreement {
@@ -784,6 +781,18 @@ fn fill_rows(
             rows[i][p] = Some(h);
         }
     }
+}
+
+/// How a `--from auto` refusal names a container that disagrees: with every version `set`
+/// its stored hash is consistent with.
+fn disagreement(r: &StoreRecord, set: &BTreeSet<KubeletVersion>) -> String {
+    format!(
+        "{} ({}/{}) is consistent only with {}",
+        short(&r.id),
+        r.pod.as_deref().unwrap_or("?"),
+        r.container.as_deref().unwrap_or("?"),
+        ranges(set)
+    )
 }
 
 fn short(id: &str) -> &str {

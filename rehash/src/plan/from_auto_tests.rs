@@ -79,13 +79,7 @@ fn reference(
     for (r, set) in &voters {
         let next: BTreeSet<_> = agreed.intersection(set).copied().collect();
         if next.is_empty() {
-            named.push(format!(
-                "{} ({}/{}) is consistent only with {}",
-                short(&r.id),
-                r.pod.as_deref().unwrap_or("?"),
-                r.container.as_deref().unwrap_or("?"),
-                ranges(set)
-            ));
+            named.push(disagreement(r, set));
         } else {
             agreed = next;
         }
