@@ -558,10 +558,11 @@ impl Node<'_> {
             self.kubelet.path.display().to_string(),
             "--state".into(),
             self.state.display().to_string(),
+            // beside the state file: a run that finishes a killed one believes only a
+            // backup there (or under the default backup root)
             "--backup-dir".into(),
-            self.rt
-                .tmp()
-                .join(format!("backup-{}", self.runs))
+            self.state
+                .with_file_name(format!("backup-{}", self.runs))
                 .display()
                 .to_string(),
             "--report".into(),

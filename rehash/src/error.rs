@@ -65,6 +65,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// A file given as an `upgrade` state file is not one this version reads (or not a file).
+    #[error("state file: {0}")]
+    State(String),
+
+    /// An `upgrade` state file another user could have written or swapped, or one naming
+    /// paths outside what a run records: never believed, since root writes where it says.
+    #[error("state file refused, nothing done: {0}")]
+    UntrustedState(String),
+
     /// `verify --live` was given a report it cannot check anything with.
     #[error("{0}")]
     NothingToVerify(String),
@@ -144,6 +153,7 @@ impl Error {
             | Error::Checkpoint(_)
             | Error::Detect(_)
             | Error::Report { .. }
+            | Error::State(_)
             | Error::NothingToVerify(_)
             | Error::PlanMismatch { .. } => ErrorClass::Usage,
             Error::NothingProven
@@ -152,7 +162,8 @@ impl Error {
             | Error::FromDisagreement { .. }
             | Error::RollbackConflict { .. }
             | Error::BackupStoreMismatch { .. }
-            | Error::ValueRollbackConflict(_) => ErrorClass::Refused,
+            | Error::ValueRollbackConflict(_)
+            | Error::UntrustedState(_) => ErrorClass::Refused,
             // A root that is not there is a wrong argument, not a refusal (docs: exit 2).
             Error::Store(StoreError::RootMissing(_)) => ErrorClass::Usage,
             Error::Store(e) if e.is_refusal() => ErrorClass::Refused,

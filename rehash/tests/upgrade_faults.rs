@@ -239,7 +239,8 @@ fn setup(fixture: &str, to: &str) -> Setup {
     std::fs::write(&new_kubelet, new_kubelet_script(&format!("{to}.0"))).unwrap();
     std::fs::set_permissions(&new_kubelet, std::fs::Permissions::from_mode(0o755)).unwrap();
     let state = node.tmp.path().join("state/upgrade.json");
-    let backup = node.tmp.path().join("backup");
+    // beside the state file: a run that finishes a killed one believes only a backup there
+    let backup = node.tmp.path().join("state/backup");
     Setup {
         pods,
         kubelet,

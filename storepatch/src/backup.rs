@@ -585,58 +585,21 @@ fn syncfs(d: &fs::File, dir: &Path) -> Result<(), StoreError> {
 
 /// A backup is a trust boundary: rollback runs as root and writes what it says. Only a file
 /// or directory that no one but its owner can write, owned by the invoking user or root, is
-/// believed; anything else may have been swapped by another user.
+/// believed; anything else may have been swapped by another user ([`crate::trust`]).
 fn ensure_trusted(path: &Path, uid: u32, mode: u32) -> Result<(), StoreError> {
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if uid != me && uid != 0 {
-        return Err(StoreError::Backup(format!(
-            "{} is owned by uid {uid}, not by this user (uid {me}) or root: anyone could have forged it; nothing was restored",
-            path.display()
-        )));
-    }
-    if mode & 0o022 != 0 {
-        return Err(StoreError::Backup(format!(
-            "{} is writable by group or others (mode {:o}): anyone could have forged it; nothing was restored",
-            path.display(),
-            mode & 0o7777
-        )));
-    }
-    Ok(())
+    crate::trust::owner_and_mode(path, uid, mode)
+        .map_err(|why| StoreError::Backup(format!("{why}; nothing was restored")))
 }
 
-/// Every directory above a backup directory must keep others from swapping it: one that
-/// another user owns, or that others may write without the sticky bit (which keeps them from
-/// renaming what they do not own, as in /tmp), lets them replace the whole backup. Checked
-/// along the path as given (a symbolic link's target counts, its own directory is checked as
-/// an ancestor) and along the resolved path, up to `/`.
+/// Every directory above a backup directory must keep others from swapping it
+/// ([`crate::trust::parents`]).
 fn ensure_parents_trusted(dir: &Path) -> Result<(), StoreError> {
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    let given = std::path::absolute(dir).map_err(|e| StoreError::io(dir, e))?;
-    let real = fs::canonicalize(dir).map_err(|e| StoreError::io(dir, e))?;
-    for parent in given.ancestors().skip(1).chain(real.ancestors().skip(1)) {
-        let m = fs::metadata(parent).map_err(|e| StoreError::io(parent, e))?;
-        let mode = m.mode();
-        if m.uid() != me && m.uid() != 0 {
-            return Err(StoreError::Backup(format!(
-                "{} (above the backup directory {}) is owned by uid {}, not by this user (uid {me}) or root: that user could have swapped the backup; nothing was restored",
-                parent.display(),
-                dir.display(),
-                m.uid()
-            )));
-        }
-        if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-            return Err(StoreError::Backup(format!(
-                "{} (above the backup directory {}) is writable by others without the sticky bit (mode {:o}): anyone could have swapped the backup; nothing was restored",
-                parent.display(),
-                dir.display(),
-                mode & 0o7777
-            )));
-        }
-    }
-    Ok(())
+    crate::trust::parents(dir).map_err(|why| {
+        StoreError::Backup(format!(
+            "{why} (the backup directory {}); nothing was restored",
+            dir.display()
+        ))
+    })
 }
 
 /// Reads and checks a backup directory's manifest: the directory and the manifest must be

@@ -148,17 +148,17 @@ fn marker_path(root: &Path) -> PathBuf {
 }
 
 /// Refuses a state directory or marker that anyone but this user (or root) could have put
-/// there: a forged marker could point a rollback's override at a backup of its choosing.
+/// there, or swapped through a directory above it ([`crate::trust`]): a forged marker could
+/// point a rollback's override at a backup of its choosing, and a moved-away one would drop
+/// the "undo the interrupted run first" protection.
 fn ensure_trusted(path: &Path, meta: &std::fs::Metadata) -> Result<(), StoreError> {
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if (meta.uid() != me && meta.uid() != 0) || meta.permissions().mode() & 0o022 != 0 {
-        return Err(StoreError::Refused(format!(
-            "{} is not owned by this user or root, or is writable by others: an in-flight marker there proves nothing; remove it",
-            path.display()
-        )));
-    }
-    Ok(())
+    crate::trust::owner_and_mode(path, meta.uid(), meta.permissions().mode())
+        .and_then(|()| crate::trust::parents(path))
+        .map_err(|why| {
+            StoreError::Refused(format!(
+                "{why}: an in-flight marker there proves nothing; use a state directory only root can write"
+            ))
+        })
 }
 
 /// The marker of the store at `root`, if one is there and names that store (a marker of

@@ -72,6 +72,7 @@ pub mod live;
 pub mod lock;
 pub mod runtime;
 pub mod splice_proof;
+pub mod trust;
 
 pub use error::StoreError;
 pub use hashcompat::Hash;

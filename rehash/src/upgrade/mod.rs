@@ -210,6 +210,21 @@ pub fn upgrade(opts: &UpgradeOptions, node: &dyn NodeControl) -> Result<UpgradeR
     // services under this one.
     let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     let previous = UpgradeState::read(&opts.state_path)?;
+    // What a later run believes of this run's state (its backup directory) is checked now,
+    // before anything stops, not when that later run needs it.
+    state::backup_dir_allowed(&opts.backup_dir, &opts.state_path).map_err(Error::State)?;
+    if let Some(prev) = previous.as_ref().filter(|p| p.unfinished()) {
+        // The installed kubelet the killed run recorded is the one this run was given: a
+        // state naming another file is not this node's run (or was forged).
+        if Path::new(&prev.kubelet_path) != opts.kubelet_path {
+            return Err(Error::UntrustedState(format!(
+                "{}: the unfinished run it records installs the kubelet at {}, not at {} as this run was given: finish it with the same --kubelet-path",
+                opts.state_path.display(),
+                prev.kubelet_path,
+                opts.kubelet_path.display()
+            )));
+        }
+    }
     // A killed run may have left the new kubelet staged beside the installed one.
     let kubelet_path = match previous.as_ref().filter(|p| p.unfinished()) {
         Some(p) => PathBuf::from(&p.kubelet_path),

@@ -439,10 +439,14 @@ impl UpgradeState {
     }
 
     /// Reads a state file; `None` when there is none. A file that is not a state file of this
-    /// format is a usage error (it is never overwritten as a guess).
+    /// format is a usage error (it is never overwritten as a guess). The file is a trust
+    /// boundary, like a backup: `rollback --state` runs as root and writes where it says, so
+    /// a state file is believed only when no one but root or the invoking user could have
+    /// written or swapped it, and only with the paths a run records ([`Self::confined`]).
     pub fn read(path: &Path) -> Result<Option<UpgradeState>, Error> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
+        let shown = path.display();
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => {
                 return Err(Error::Io {
@@ -451,27 +455,109 @@ impl UpgradeState {
                 })
             }
         };
-        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| Error::Report {
-            reason: format!("{}: not an upgrade state file: {e}", path.display()),
-        })?;
+        let kind = meta.file_type();
+        if kind.is_symlink() {
+            return Err(Error::UntrustedState(format!(
+                "{shown} is a symbolic link; a state file is never followed"
+            )));
+        }
+        if kind.is_dir() {
+            return Err(Error::State(format!(
+                "{shown} is a directory, not a state file"
+            )));
+        }
+        if !kind.is_file() {
+            return Err(Error::State(format!(
+                "{shown} is not a regular file (a FIFO, device or socket is never opened)"
+            )));
+        }
+        let (bytes, fmeta) =
+            storepatch::atomic::read_regular_nofollow(path).map_err(|e| match e {
+                storepatch::StoreError::Io { path, source } => Error::Io { path, source },
+                // swapped for a link or a special file since the look above
+                other => Error::UntrustedState(other.to_string()),
+            })?;
+        storepatch::trust::owner_and_mode(path, fmeta.uid, fmeta.mode)
+            .and_then(|()| storepatch::trust::parents(path))
+            .map_err(Error::UntrustedState)?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::State(format!("{shown}: not an upgrade state file: {e}")))?;
         match v.get("format").and_then(|f| f.as_u64()) {
             Some(f) if f == u64::from(STATE_FORMAT) => {}
-            other => {
-                return Err(Error::Report {
-                    reason: format!(
-                        "{}: upgrade state format {other:?}; this kubelet-rehash reads format {STATE_FORMAT}",
-                        path.display()
-                    ),
+            Some(f) => {
+                return Err(Error::State(format!(
+                    "{shown}: upgrade state format {f}; this kubelet-rehash reads format {STATE_FORMAT}"
+                )))
+            }
+            None => {
+                return Err(Error::State(format!(
+                    "{shown}: no state format number: not an upgrade state file"
+                )))
+            }
+        }
+        let state: UpgradeState = serde_json::from_value(v)
+            .map_err(|e| Error::State(format!("{shown}: not an upgrade state file: {e}")))?;
+        state.confined(path)?;
+        Ok(Some(state))
+    }
+
+    /// Whether the paths this state names are the ones a run records: its backup directory
+    /// inside the state file's own directory or under the default backup root
+    /// ([`backup_dir_allowed`]), trusted like a backup when it exists, and every copy it keeps
+    /// (the store's backup, the report, the old kubelet, the original flag files) inside it.
+    /// A state naming anything else was not written by a run of ours.
+    fn confined(&self, state_path: &Path) -> Result<(), Error> {
+        let backup_dir = Path::new(&self.backup_dir);
+        backup_dir_allowed(backup_dir, state_path).map_err(Error::UntrustedState)?;
+        match std::fs::symlink_metadata(backup_dir) {
+            Ok(m) => {
+                use std::os::unix::fs::MetadataExt;
+                if !m.is_dir() {
+                    return Err(Error::UntrustedState(format!(
+                        "its backup directory {} is not a directory (a symbolic link is not followed)",
+                        backup_dir.display()
+                    )));
+                }
+                storepatch::trust::owner_and_mode(backup_dir, m.uid(), m.mode())
+                    .and_then(|()| storepatch::trust::parents(backup_dir))
+                    .map_err(Error::UntrustedState)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Error::Io {
+                    path: backup_dir.to_path_buf(),
+                    source: e,
                 })
             }
         }
-        serde_json::from_value(v)
-            .map(Some)
-            .map_err(|e| Error::Report {
-                reason: format!("{}: not an upgrade state file: {e}", path.display()),
-            })
+        let mut kept: Vec<(&str, &str)> = Vec::new();
+        if let Some(d) = &self.store_backup_dir {
+            kept.push(("store_backup_dir", d));
+        }
+        if let Some(r) = &self.report {
+            kept.push(("report", r));
+        }
+        if let Some(file) = self
+            .kubelet_backup
+            .as_deref()
+            .and_then(|k| k.strip_prefix("file:"))
+        {
+            kept.push(("kubelet_backup", file));
+        }
+        for f in &self.kubelet_flags {
+            kept.push(("kubelet_flags.backup", &f.backup));
+        }
+        for (field, p) in kept {
+            if !storepatch::trust::lexically_inside(Path::new(p), backup_dir) {
+                return Err(Error::UntrustedState(format!(
+                    "{}: its {field} {p} is not inside its backup directory {}: a run keeps every copy there",
+                    state_path.display(),
+                    backup_dir.display()
+                )));
+            }
+        }
+        Ok(())
     }
-
     /// Writes the file atomically (temp + fsync + rename + directory fsync), mode 0600,
     /// missing parents created 0700.
     pub fn write(&self, path: &Path) -> Result<(), storepatch::StoreError> {
@@ -485,6 +571,42 @@ impl UpgradeState {
     /// The state as pretty JSON.
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec_pretty(self).expect("a state always serializes")
+    }
+}
+
+/// The backup directories an `upgrade` run may use with the state file at `state_path`: inside
+/// the state file's own directory, or under a default backup root
+/// (`/var/lib/kubelet-rehash/backups`, also under a `--host-root`). A run that finishes a
+/// killed one believes the backup directory its state names only there, so a run is refused
+/// one anywhere else before anything is stopped.
+pub fn backup_dir_allowed(backup_dir: &Path, state_path: &Path) -> Result<(), String> {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let dir = absolute(backup_dir);
+    let state_dir = absolute(state_path)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let mut homes = vec![state_dir.clone()];
+    if let Ok(real) = std::fs::canonicalize(&state_dir) {
+        homes.push(real);
+    }
+    let default_root = Path::new("var/lib/kubelet-rehash/backups");
+    let inside_home = homes
+        .iter()
+        .any(|h| storepatch::trust::lexically_inside(&dir, h));
+    let under_default = dir
+        .ancestors()
+        .skip(1)
+        .any(|a| a.ends_with(default_root) && storepatch::trust::lexically_inside(&dir, a));
+    if inside_home || under_default {
+        Ok(())
+    } else {
+        Err(format!(
+            "the backup directory {} is neither inside the state file's directory {} nor under {}: a run that finishes a killed one could not tell it from a forged one",
+            backup_dir.display(),
+            state_dir.display(),
+            Path::new("/").join(default_root).display()
+        ))
     }
 }
 

@@ -1,0 +1,393 @@
+//! An `upgrade` state file is believed like a backup (issue 35, defect 1): `rollback --state`
+//! and `upgrade --state` run as root and write where it says, so a state file another user
+//! wrote or could have swapped, a symbolic link, or one naming copies outside its own backup
+//! directory is refused (exit 3) with the reason, and nothing is written: the audit's
+//! reproduction (nobody's state file in a shared directory naming a root-owned file as the
+//! kubelet and nobody's file as its backup) left that root file a hard link to nobody's. A
+//! state path that is a directory or a FIFO is bad input (exit 2), read without hanging.
+
+mod rel_common;
+
+use rel_common::require_root;
+use serde_json::Value;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> &'static str {
+    testtools::private_state_dir();
+    env!("CARGO_BIN_EXE_kubelet-rehash")
+}
+
+struct Out {
+    code: i32,
+    stderr: String,
+}
+
+/// Runs the binary, ended after 60 s (a read that hangs, on a FIFO, is a failure: exit 124).
+fn run(args: &[&str]) -> Out {
+    let o = Command::new("timeout")
+        .args(["-s", "KILL", "60", bin()])
+        .args(args)
+        .output()
+        .unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// A node copy, and a genuine state file of it: the one a refused preflight writes.
+struct Lab {
+    t: tempfile::TempDir,
+    node: PathBuf,
+    template: Value,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes/containerd-1.7");
+        assert!(Command::new("cp")
+            .arg("-a")
+            .arg(&src)
+            .arg(t.path())
+            .status()
+            .unwrap()
+            .success());
+        let node = t.path().join("containerd-1.7");
+        let home = t.path().join("genuine");
+        std::fs::create_dir(&home).unwrap();
+        std::fs::create_dir(t.path().join("none")).unwrap();
+        let state = home.join("state.json");
+        let touch = |w: &str| format!("touch {}/ran-{w}", t.path().display());
+        let o = run(&[
+            "upgrade",
+            "--pods",
+            &s(&node.join("pods.json")),
+            "--to",
+            "1.31",
+            "--root",
+            &s(&node.join("var/lib/containerd")),
+            "--runtime-socket",
+            &s(&t.path().join("none.sock")),
+            "--kubelet-dir",
+            &s(&t.path().join("none")),
+            "--manifests",
+            &s(&t.path().join("none")),
+            "--kubelet-path",
+            &s(&t.path().join("kubelet")),
+            "--state",
+            &s(&state),
+            "--backup-dir",
+            &s(&home.join("backup")),
+            "--stop-kubelet",
+            &touch("stop-kubelet"),
+            "--start-kubelet",
+            &touch("start-kubelet"),
+            "--stop-runtime",
+            &touch("stop-runtime"),
+            "--start-runtime",
+            &touch("start-runtime"),
+            "--accept-restarts",
+        ]);
+        // the copied node's containers do not run here: a refused preflight
+        assert_eq!(o.code, 3, "the template run: {}", o.stderr);
+        let template = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        Lab { t, node, template }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.t.path().join(rel)
+    }
+
+    /// A state that, believed, reinstalls `backup` as the kubelet at `victim`: a killed run
+    /// in the window that had begun installing the new kubelet.
+    fn forged(&self, backup_dir: &Path, victim: &Path, backup: &Path) -> Vec<u8> {
+        let mut v = self.template.clone();
+        v["phase"] = "window".into();
+        v["failure"] = Value::Null;
+        v["backup_dir"] = s(backup_dir).into();
+        v["kubelet_path"] = s(victim).into();
+        v["kubelet_backup"] = format!("file:{}", s(backup)).into();
+        v["done"]["binary_install_started"] = true.into();
+        serde_json::to_vec_pretty(&v).unwrap()
+    }
+
+    fn no_service_ran(&self, case: &str) {
+        for e in std::fs::read_dir(self.t.path()).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.starts_with("ran-"),
+                "{case}: a service command ran for a refused state: {name}"
+            );
+        }
+    }
+
+    fn rollback_state(&self, state: &Path) -> Out {
+        let touch = |w: &str| format!("touch {}/ran-{w}", self.t.path().display());
+        run(&[
+            "rollback",
+            "--state",
+            &s(state),
+            "--root",
+            &s(&self.node.join("var/lib/containerd")),
+            "--runtime-socket",
+            &s(&self.path("none.sock")),
+            "--stop-kubelet",
+            &touch("stop-kubelet"),
+            "--start-kubelet",
+            &touch("start-kubelet"),
+            "--stop-runtime",
+            &touch("stop-runtime"),
+            "--start-runtime",
+            &touch("start-runtime"),
+            "--kubelet-healthz",
+            "http://127.0.0.1:1/healthz",
+        ])
+    }
+}
+
+fn as_nobody(script: &str) {
+    let o = Command::new("runuser")
+        .args(["-u", "nobody", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "as nobody: {script}: {o:?}");
+}
+
+/// The root-owned file a forged state names as the kubelet: its bytes, mode, owner and inode
+/// must not move.
+struct Victim {
+    path: PathBuf,
+    seen: (Vec<u8>, u32, u32, u64),
+}
+
+impl Victim {
+    fn new(path: PathBuf) -> Victim {
+        std::fs::write(&path, b"root:x:0:0:root:/root:/bin/sh\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let seen = Self::look(&path);
+        Victim { path, seen }
+    }
+    fn look(p: &Path) -> (Vec<u8>, u32, u32, u64) {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (std::fs::read(p).unwrap(), m.mode(), m.uid(), m.ino())
+    }
+    fn untouched(&self, case: &str) {
+        assert_eq!(
+            Self::look(&self.path),
+            self.seen,
+            "{case}: the root-owned file a forged state named as the kubelet kept its bytes, mode, owner and inode"
+        );
+    }
+}
+
+fn refused(lab: &Lab, victim: &Victim, case: &str, out: &Out, want: &str) {
+    assert_eq!(
+        out.code, 3,
+        "{case}: a forged state is refused: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(want),
+        "{case}: the refusal names why ({want:?}): {}",
+        out.stderr
+    );
+    victim.untouched(case);
+    lab.no_service_ran(case);
+}
+
+#[test]
+fn a_state_file_another_user_wrote_is_refused_and_writes_nothing() {
+    require_root("runuser and chown");
+    let lab = Lab::new();
+    let victim = Victim::new(lab.path("sudoers"));
+    // the audit's reproduction: a shared directory (1777), nobody's state and nobody's "backup"
+    let shared = lab.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let evil = shared.join("evil");
+    as_nobody(&format!("echo 'nobody ALL=(ALL) ALL' > {}", evil.display()));
+    let forged = lab.forged(&shared.join("bk"), &victim.path, &evil);
+    let state = shared.join("state.json");
+    let staged = lab.path("forged.json");
+    std::fs::write(&staged, &forged).unwrap();
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o644)).unwrap();
+    as_nobody(&format!("cat {} > {}", staged.display(), state.display()));
+    let out = lab.rollback_state(&state);
+    refused(
+        &lab,
+        &victim,
+        "nobody's state file",
+        &out,
+        "owned by uid 65534",
+    );
+
+    // the same state, root's, but writable by group
+    let home = lab.path("home");
+    std::fs::create_dir(&home).unwrap();
+    let state = home.join("state.json");
+    let own = |bytes: &[u8], mode: u32| {
+        let _ = std::fs::remove_file(&state);
+        std::fs::write(&state, bytes).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    own(&forged, 0o620);
+    let out = lab.rollback_state(&state);
+    refused(
+        &lab,
+        &victim,
+        "group-writable state",
+        &out,
+        "writable by group or others",
+    );
+
+    // root's, private, but in a directory others may write without the sticky bit
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = lab.rollback_state(&state);
+    refused(
+        &lab,
+        &victim,
+        "state in an open directory",
+        &out,
+        "without the sticky bit",
+    );
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    // a symbolic link to a state file is never followed
+    let link = home.join("link.json");
+    std::os::unix::fs::symlink(&state, &link).unwrap();
+    let out = lab.rollback_state(&link);
+    refused(&lab, &victim, "a symlinked state", &out, "symbolic link");
+
+    // root's and private, in a trusted directory: its paths must be what a run records
+    let bk = home.join("bk");
+    std::fs::create_dir(&bk).unwrap();
+    std::fs::set_permissions(&bk, std::fs::Permissions::from_mode(0o700)).unwrap();
+    own(&lab.forged(&bk, &victim.path, &evil), 0o600);
+    let out = lab.rollback_state(&state);
+    refused(
+        &lab,
+        &victim,
+        "a kubelet backup outside the backup dir",
+        &out,
+        "is not inside its backup directory",
+    );
+    own(&lab.forged(&shared.join("bk"), &victim.path, &evil), 0o600);
+    let out = lab.rollback_state(&state);
+    refused(
+        &lab,
+        &victim,
+        "a backup dir outside the state's directory",
+        &out,
+        "neither inside the state file's directory",
+    );
+    // a backup directory (where the kubelet copy must be) that nobody owns
+    let nobody_bk = home.join("nbk");
+    std::fs::create_dir(&nobody_bk).unwrap();
+    std::os::unix::fs::chown(&nobody_bk, Some(65534), Some(65534)).unwrap();
+    own(
+        &lab.forged(&nobody_bk, &victim.path, &nobody_bk.join("kubelet/kubelet")),
+        0o600,
+    );
+    let out = lab.rollback_state(&state);
+    refused(
+        &lab,
+        &victim,
+        "a backup dir nobody owns",
+        &out,
+        "owned by uid 65534",
+    );
+}
+
+#[test]
+fn upgrade_believes_a_state_file_no_more_than_rollback_does() {
+    require_root("runuser");
+    let lab = Lab::new();
+    let victim = Victim::new(lab.path("sudoers"));
+    let shared = lab.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let evil = shared.join("evil");
+    as_nobody(&format!("echo evil > {}", evil.display()));
+    let staged = lab.path("forged.json");
+    std::fs::write(&staged, lab.forged(&shared.join("bk"), &victim.path, &evil)).unwrap();
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let state = shared.join("state.json");
+    as_nobody(&format!("cat {} > {}", staged.display(), state.display()));
+    let touch = |w: &str| format!("touch {}/ran-{w}", lab.t.path().display());
+    let out = run(&[
+        "upgrade",
+        "--pods",
+        &s(&lab.node.join("pods.json")),
+        "--to",
+        "1.31",
+        "--root",
+        &s(&lab.node.join("var/lib/containerd")),
+        "--runtime-socket",
+        &s(&lab.path("none.sock")),
+        "--kubelet-path",
+        &s(&victim.path),
+        "--state",
+        &s(&state),
+        "--backup-dir",
+        &s(&shared.join("bk")),
+        "--stop-kubelet",
+        &touch("stop-kubelet"),
+        "--start-kubelet",
+        &touch("start-kubelet"),
+        "--stop-runtime",
+        &touch("stop-runtime"),
+        "--start-runtime",
+        &touch("start-runtime"),
+        "--accept-restarts",
+    ]);
+    refused(
+        &lab,
+        &victim,
+        "upgrade --state of nobody's file",
+        &out,
+        "owned by uid 65534",
+    );
+}
+
+#[test]
+fn a_state_path_that_is_a_directory_or_a_fifo_is_bad_input_and_never_hangs() {
+    let lab = Lab::new();
+    let dir = lab.path("a-dir");
+    std::fs::create_dir(&dir).unwrap();
+    let out = lab.rollback_state(&dir);
+    assert_eq!(out.code, 2, "a directory as --state: {}", out.stderr);
+    assert!(out.stderr.contains("is a directory"), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("report:") && !out.stderr.contains("Some("),
+        "the message is the state file's own, not a report's: {}",
+        out.stderr
+    );
+    let fifo = lab.path("fifo.json");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // no writer ever opens it: a reader that opens it blocks forever
+    let out = lab.rollback_state(&fifo);
+    assert_eq!(out.code, 2, "a FIFO as --state: {}", out.stderr);
+    assert!(out.stderr.contains("not a regular file"), "{}", out.stderr);
+    // a state of another format: the format number, plainly
+    let other = lab.path("other.json");
+    std::fs::write(&other, br#"{"format": 2}"#).unwrap();
+    let out = lab.rollback_state(&other);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("upgrade state format 2;") && !out.stderr.contains("Some("),
+        "{}",
+        out.stderr
+    );
+    lab.no_service_ran("bad state paths");
+}
