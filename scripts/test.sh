@@ -21,6 +21,10 @@ scripts/setup-bbolt-check.sh
 # Debian's ansible-core unpacked into .cache/ansible (cli/tests/ansible_live.rs drives deploy/ansible/)
 scripts/setup-ansible.sh
 
+# The README's two commands as a newcomer types them (read from the README: they cannot drift):
+# the demo plan runs verbatim and prints the plan; .ci/run runs exactly the second.
+scripts/readme-commands.sh
+
 cargo test --workspace --release --no-fail-fast
 
 # The baselines that real Go code can regenerate here are regenerated and compared byte for
