@@ -1,0 +1,626 @@
+#!/usr/bin/env bash
+# A real one-node Kubernetes cluster on this machine, built from Kubernetes' own Go modules:
+# etcd, kube-apiserver (Node + RBAC authorizers), kube-controller-manager (node lifecycle
+# controller on, its version's grace period), kube-scheduler, a private container runtime with a
+# locally built pause image and a CNI bridge, and one kubelet registered with its own client
+# certificate (system:node:<name>). For people and for the tests (cli/tests/real_kubelet.rs):
+#
+#   k8s-lab.sh build [--kubelet-only] VERSION...     build into the cache; prints the dir last
+#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd] [--dir DIR]
+#                                                    start everything; prints `export` lines
+#   k8s-lab.sh stop-kubelet|start-kubelet|stop-runtime|start-runtime --dir DIR
+#                                                    what `kubelet-rehash upgrade` is given
+#   k8s-lab.sh images --dir DIR                      import the local image set; prints refs
+#   k8s-lab.sh down --dir DIR                        stop what `up` started, by pid; remove
+#                                                    its containers, mounts and bridge
+#
+# VERSION is 1.31 (its newest patch the Go module proxy serves) or 1.31.14. Builds are cached
+# outside the clone, keyed by version: $KUBELET_REHASH_CACHE (default /var/cache/kubelet-rehash)
+# /k8s/<version>/, the Go module and build caches are Go's own (also outside). The build
+# requires k8s.io/kubernetes at the version and replaces each k8s.io staging module with its
+# v0.Y.Z release; where the proxy does not serve that exact patch of a staging module, the
+# nearest served patch of the same minor is used and written to the build's BUILD-INFO.
+#
+# Runtimes: containerd (2.1.9 from scripts/setup-containerd.sh, or --containerd DIR). Docker +
+# cri-dockerd and CRI-O are not wired into the lab yet (docs/lab.md).
+# Needs root. Everything `up` starts is its own: private paths under DIR, its own ports, a
+# dummy interface for the node's address, a bridge of its own name, a cgroup root of its own.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${KUBELET_REHASH_CACHE:-/var/cache/kubelet-rehash}"
+node_name="${LAB_NODE_NAME:-lab-node}"
+
+log() { echo "k8s-lab: $*" >&2; }
+die() { echo "k8s-lab: $*" >&2; exit 1; }
+
+# ---- versions and builds ------------------------------------------------------------------------
+
+served_versions() { # module -> its versions, one a line
+    go list -m -versions "$1" 2>/dev/null | tr ' ' '\n' | tail -n +2
+}
+
+# 1.31 -> 1.31.14 (newest served release patch); 1.31.14 -> itself
+resolve_version() {
+    local want="$1" v
+    case "$want" in
+        [0-9]*.[0-9]*.[0-9]*) echo "$want"; return ;;
+        [0-9]*.[0-9]*) ;;
+        *) die "not a version: $want (1.31 or 1.31.14)" ;;
+    esac
+    v="$(served_versions k8s.io/kubernetes | grep -E "^v${want//./\\.}\.[0-9]+$" | sort -t. -k3,3n | tail -1)"
+    [ -n "$v" ] || die "the Go module proxy serves no release of k8s.io/kubernetes $want (served: $(served_versions k8s.io/kubernetes | tr '\n' ' '))"
+    echo "${v#v}"
+}
+
+# the v0.Y.Z a staging module is replaced with: exact when served, else the nearest served patch
+staging_version() {
+    local mod="$1" full="$2" minor patch exact list best
+    minor="$(cut -d. -f2 <<<"$full")"
+    patch="$(cut -d. -f3 <<<"$full")"
+    exact="v0.$minor.$patch"
+    list="$(served_versions "$mod" | grep -E "^v0\.$minor\.[0-9]+$" || true)"
+    if grep -qx "$exact" <<<"$list"; then echo "$exact"; return; fi
+    [ -n "$list" ] || { echo "$exact"; return; }
+    best="$(awk -F. -v p="$patch" '{d=$3-p; if (d<0) d=-d; print d, $0}' <<<"$list" | sort -n | head -1 | cut -d' ' -f2)"
+    echo "$best"
+}
+
+stamped() { # binary version: built, and says it is that version
+    local args=(--version)
+    [ "${1##*/}" != kubectl ] || args=(version --client)
+    [ -x "$1" ] && "$1" "${args[@]}" 2>/dev/null | grep -q "v$2\$"
+}
+
+build_one() { # full version, kubelet-only (0/1) -> prints the output dir
+    local full="$1" only="$2" out work mod bins b need=0 src line m
+    out="$cache/k8s/$full"
+    bins="kubelet"
+    [ "$only" = 1 ] || bins="kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl"
+    for b in $bins; do
+        stamped "$out/$b" "$full" || need=1
+    done
+    if [ "$need" = 0 ]; then log "$full: cached in $out ($bins)"; echo "$out"; return; fi
+    work="$cache/k8s-build/$full"
+    mkdir -p "$work" "$out"
+    log "$full: resolving the module and its staging modules"
+    (cd "$work" && go mod download "k8s.io/kubernetes@v$full") >/dev/null \
+        || die "$full: the Go module proxy refuses k8s.io/kubernetes@v$full"
+    src="$(go env GOMODCACHE)/k8s.io/kubernetes@v$full"
+    {
+        echo "module k8slab"
+        echo
+        echo "go 1.22"
+        echo
+        echo "require k8s.io/kubernetes v$full"
+        echo
+        echo "replace ("
+        while read -r line; do
+            m="$(awk '{print $1}' <<<"$line")"
+            echo "	$m => $m $(staging_version "$m" "$full")"
+        done < <(grep -E '^\s+k8s\.io/[a-z0-9-]+ => \./staging' "$src/go.mod")
+        echo ")"
+    } > "$work/go.mod"
+    printf 'package k8slab\n\nimport (\n' > "$work/tools.go"
+    sed -i '1i //go:build tools\n' "$work/tools.go"
+    for b in $bins; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b" >> "$work/tools.go"; done
+    echo ")" >> "$work/tools.go"
+    log "$full: go mod tidy"
+    (cd "$work" && go mod tidy) > "$work/tidy.log" 2>&1 || { tail -20 "$work/tidy.log" >&2; die "$full: go mod tidy failed ($work/tidy.log)"; }
+    log "$full: building $bins (go $(go env GOVERSION))"
+    local pkgs=() t0=$SECONDS
+    for b in $bins; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+    # the version stamps hack/lib/version.sh sets: kubelet --version, the API server's
+    # /version and the Node's kubeletVersion read them
+    local minor ldflags="" pkg
+    minor="$(cut -d. -f2 <<<"$full")"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ldflags="$ldflags -X $pkg.gitVersion=v$full -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+    done
+    (cd "$work" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") > "$work/build.log" 2>&1 \
+        || { tail -30 "$work/build.log" >&2; die "$full: build failed ($work/build.log)"; }
+    {
+        echo "k8s.io/kubernetes v$full, built $(date -u +%FT%TZ) with $(go env GOVERSION) in $((SECONDS - t0)) s"
+        grep -E '=> k8s.io' "$work/go.mod" | awk -v f="v0.$(cut -d. -f2,3 <<<"$full")" '$4 != f {print "staging " $1 " at " $4 " (the proxy does not serve " f ")"}'
+    } > "$out/BUILD-INFO"
+    log "$full: built in $((SECONDS - t0)) s"
+    echo "$out"
+}
+
+cmd_build() {
+    local only=0 v full dir=""
+    [ $# -gt 0 ] || die "build: which versions?"
+    for v in "$@"; do
+        case "$v" in
+            --kubelet-only) only=1; continue ;;
+        esac
+        full="$(resolve_version "$v")"
+        dir="$(build_one "$full" "$only")"
+    done
+    echo "$dir"
+}
+
+# ---- the lab ------------------------------------------------------------------------------------
+
+free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 20000))
+        ss -Hltn "sport = :$p" | grep -q . || { echo "$p"; return; }
+    done
+}
+
+# starts "$@" in its own session, output to logs/<name>.log, pid to pids/<name>
+spawn() {
+    local name="$1"; shift
+    printf '%q ' "$@" > "$dir/cmd/$name"
+    setsid "$@" </dev/null >>"$dir/logs/$name.log" 2>&1 &
+    echo $! > "$dir/pids/$name"
+}
+
+respawn() { # re-runs the recorded command line of <name>
+    local name="$1"
+    [ -f "$dir/cmd/$name" ] || die "$dir has no recorded $name command"
+    setsid bash -c "exec $(cat "$dir/cmd/$name")" </dev/null >>"$dir/logs/$name.log" 2>&1 &
+    echo $! > "$dir/pids/$name"
+}
+
+pid_of() { [ -f "$dir/pids/$1" ] && cat "$dir/pids/$1"; }
+alive() { local p; p="$(pid_of "$1")" && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+
+stop_pid_of() { # name [timeout s]: SIGTERM, wait, SIGKILL
+    local name="$1" wait="${2:-30}" p i
+    p="$(pid_of "$name" || true)"
+    [ -n "$p" ] || return 0
+    if kill -0 "$p" 2>/dev/null; then
+        kill -TERM "$p" 2>/dev/null || true
+        for ((i = 0; i < wait * 10; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    fi
+    rm -f "$dir/pids/$name"
+}
+
+wait_for() { # what, seconds, command...
+    local what="$1" secs="$2" i; shift 2
+    for ((i = 0; i < secs * 5; i++)); do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        sleep 0.2
+    done
+    die "$what did not come up within $secs s (logs in $dir/logs)"
+}
+
+lab_env() { # the lab's variables, read back from DIR/env
+    [ -f "$dir/env" ] || die "$dir is not a lab directory (no env file)"
+    # shellcheck disable=SC1091
+    . "$dir/env"
+}
+
+etcd_bin() {
+    local d="$cache/debs/etcd-server"
+    if [ ! -x "$d/usr/bin/etcd" ]; then
+        . "$here/scripts/apt-private.sh"
+        apt_private_init trixie >&2
+        mkdir -p "$d/debs"
+        (cd "$d/debs" && apt-get "${APT_PRIVATE[@]}" download etcd-server 2>&1 | grep -v "unsandboxed as root" >&2 || true)
+        local deb
+        deb="$(find "$d/debs" -name 'etcd-server_*.deb' | head -1)"
+        [ -n "$deb" ] || die "etcd-server was not downloaded"
+        dpkg-deb -x "$deb" "$d"
+    fi
+    echo "$d/usr/bin/etcd"
+}
+
+cni_bin() {
+    local d="$cache/debs/cni"
+    if [ ! -x "$d/usr/lib/cni/bridge" ]; then
+        mkdir -p "$d/debs"
+        (cd "$d/debs" && apt-get download containernetworking-plugins 2>&1 | grep -v "unsandboxed as root" >&2 || true)
+        if [ -z "$(find "$d/debs" -name 'containernetworking-plugins_*.deb' | head -1)" ]; then
+            apt-get update -qq >&2
+            (cd "$d/debs" && apt-get download containernetworking-plugins 2>&1 | grep -v "unsandboxed as root" >&2 || true)
+        fi
+        dpkg-deb -x "$(find "$d/debs" -name 'containernetworking-plugins_*.deb' | head -1)" "$d"
+    fi
+    echo "$d/usr/lib/cni"
+}
+
+containerd_dir() {
+    local d="${LAB_CONTAINERD:-$here/.cache/runtimes/containerd-2.1.9}"
+    if [ ! -x "$d/usr/bin/containerd" ]; then
+        "$here/scripts/setup-containerd.sh" >&2
+    fi
+    [ -x "$d/usr/bin/containerd" ] || die "no containerd at $d"
+    echo "$d"
+}
+
+certs() {
+    local p="$dir/pki"
+    mkdir -p "$p"
+    (
+        cd "$p"
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj "/CN=k8s-lab-ca" 2>/dev/null
+        openssl genrsa -out sa.key 2048 2>/dev/null
+        openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+        sign() { # name subject usage [san]
+            openssl req -new -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+            {
+                echo "basicConstraints=CA:FALSE"
+                echo "keyUsage=digitalSignature,keyEncipherment"
+                echo "extendedKeyUsage=$3"
+                [ -z "${4:-}" ] || echo "subjectAltName=$4"
+            } > "$1.ext"
+            openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 3650 -extfile "$1.ext" 2>/dev/null
+        }
+        sign apiserver "/CN=kube-apiserver" serverAuth "IP:127.0.0.1,IP:$node_ip,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:localhost"
+        sign admin "/O=system:masters/CN=lab-admin" clientAuth
+        sign controller-manager "/CN=system:kube-controller-manager" clientAuth
+        sign scheduler "/CN=system:kube-scheduler" clientAuth
+        sign kubelet-client "/O=system:nodes/CN=system:node:$node_name" clientAuth
+        sign kubelet-serving "/CN=$node_name" serverAuth "IP:$node_ip,DNS:$node_name"
+        chmod 600 ./*.key
+    )
+}
+
+kubeconfig() { # file user cert key
+    cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: lab
+  cluster:
+    certificate-authority: $dir/pki/ca.crt
+    server: https://127.0.0.1:$api_port
+users:
+- name: $2
+  user:
+    client-certificate: $dir/pki/$3.crt
+    client-key: $dir/pki/$3.key
+contexts:
+- name: lab
+  context: {cluster: lab, user: $2}
+current-context: lab
+EOF
+    chmod 600 "$1"
+}
+
+# The local image set: OCI layouts with one layer of static busybox, imported into the
+# runtime (no registry anywhere). pause: the sandbox image; busybox: sh, sleep and friends.
+build_image() { # name tag entrypoint-json -> tar path
+    local name="$1" tag="$2" entry="$3" w="$dir/images/$1" root layer lsum lsize csum csize msum msize
+    rm -rf "$w"; mkdir -p "$w/rootfs/bin" "$w/rootfs/etc" "$w/rootfs/tmp" "$w/layout/blobs/sha256"
+    root="$w/rootfs"
+    cp /bin/busybox "$root/bin/busybox"
+    for l in sh sleep true cat ls echo touch date wget nc httpd ps kill mkdir rm test env hostname id; do ln -s busybox "$root/bin/$l"; done
+    echo "root:x:0:0:root:/:/bin/sh" > "$root/etc/passwd"
+    echo "root:x:0:" > "$root/etc/group"
+    tar --owner=0 --group=0 --numeric-owner --sort=name --mtime=@0 -C "$root" -cf "$w/layer.tar" .
+    lsum="$(sha256sum "$w/layer.tar" | cut -d' ' -f1)"; lsize="$(stat -c %s "$w/layer.tar")"
+    cp "$w/layer.tar" "$w/layout/blobs/sha256/$lsum"
+    printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"],"Entrypoint":%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"k8s-lab.sh"}]}' \
+        "$entry" "$lsum" > "$w/config.json"
+    csum="$(sha256sum "$w/config.json" | cut -d' ' -f1)"; csize="$(stat -c %s "$w/config.json")"
+    cp "$w/config.json" "$w/layout/blobs/sha256/$csum"
+    printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:%s","size":%s}]}' \
+        "$csum" "$csize" "$lsum" "$lsize" > "$w/manifest.json"
+    msum="$(sha256sum "$w/manifest.json" | cut -d' ' -f1)"; msize="$(stat -c %s "$w/manifest.json")"
+    cp "$w/manifest.json" "$w/layout/blobs/sha256/$msum"
+    printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
+        "$msum" "$msize" "$tag" "${tag##*:}" > "$w/layout/index.json"
+    echo '{"imageLayoutVersion":"1.0.0"}' > "$w/layout/oci-layout"
+    tar --owner=0 --group=0 --numeric-owner -C "$w/layout" -cf "$w.tar" .
+    echo "$w.tar"
+}
+
+import_images() {
+    local tar
+    tar="$(build_image pause "$pause_image" '["/bin/sh","-c","trap \"exit 0\" TERM INT; while true; do sleep 3600 & wait $!; done"]')"
+    "$ctr_bin/ctr" --address "$runtime_sock" -n k8s.io images import "$tar" >/dev/null
+    tar="$(build_image busybox "$busybox_image" '["/bin/sh"]')"
+    "$ctr_bin/ctr" --address "$runtime_sock" -n k8s.io images import "$tar" >/dev/null
+}
+
+write_containerd_config() {
+    cat > "$dir/containerd/config.toml" <<EOF
+version = 2
+root = "$runtime_root"
+state = "$dir/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$runtime_sock"
+
+[ttrpc]
+  address = "$runtime_sock.ttrpc"
+
+[debug]
+  address = "$dir/containerd/debug.sock"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$dir/containerd/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$pause_image"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  # these sandboxes may not lower an oom_score_adj (no CAP_SYS_RESOURCE): without this the
+  # pause container's -998 fails runc's init
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$cni_dir"
+    conf_dir = "$dir/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "$dir/containerd/runc"
+        SystemdCgroup = false
+EOF
+}
+
+minor_of() { cut -d. -f2 <<<"$1"; }
+
+write_kubelet_config() {
+    local minor extra=""
+    minor="$(minor_of "$kubelet_version")"
+    # 1.35+ refuses cgroup v1 unless told (these machines have no cgroup v2)
+    [ "$minor" -lt 35 ] || extra="failCgroupV1: false"
+    cat > "$dir/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $node_ip
+port: $kubelet_port
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $healthz_port
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $dir/pki/ca.crt}
+authorization: {mode: Webhook}
+tlsCertFile: $dir/pki/kubelet-serving.crt
+tlsPrivateKeyFile: $dir/pki/kubelet-serving.key
+cgroupDriver: cgroupfs
+cgroupRoot: /$cgroup_root
+failSwapOn: false
+staticPodPath: $dir/manifests
+clusterDomain: cluster.local
+clusterDNS: [10.96.0.10]
+resolvConf: $dir/kubelet/resolv.conf
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+syncFrequency: 10s
+fileCheckFrequency: 5s
+serializeImagePulls: false
+$extra
+EOF
+}
+
+kubelet_cmd() {
+    printf '%q ' "$dir/bin/kubelet" \
+        --config="$dir/kubelet/config.yaml" \
+        --kubeconfig="$dir/kubelet.conf" \
+        --root-dir="$dir/kubelet/root" \
+        --cert-dir="$dir/kubelet/pki" \
+        --container-runtime-endpoint="unix://$runtime_sock" \
+        --hostname-override="$node_name" \
+        --node-ip="$node_ip" \
+        --pod-infra-container-image="$pause_image" \
+        --v=2
+}
+
+start_kubelet() {
+    echo "exec $(kubelet_cmd)" > "$dir/cmd/kubelet.sh"
+    setsid bash "$dir/cmd/kubelet.sh" </dev/null >>"$dir/logs/kubelet.log" 2>&1 &
+    echo $! > "$dir/pids/kubelet"
+}
+
+start_runtime() {
+    PATH="$ctr_bin:/usr/sbin:/usr/bin:/sbin:/bin" setsid "$ctr_bin/containerd" --config "$dir/containerd/config.toml" </dev/null >>"$dir/logs/containerd.log" 2>&1 &
+    echo $! > "$dir/pids/runtime"
+}
+
+runtime_answers() { "$ctr_bin/ctr" --address "$runtime_sock" version; }
+
+cmd_up() {
+    local kubelet_v="" cp_v="" runtime=containerd
+    dir=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --kubelet) kubelet_v="$2"; shift 2 ;;
+            --control-plane) cp_v="$2"; shift 2 ;;
+            --runtime) runtime="$2"; shift 2 ;;
+            --dir) dir="$2"; shift 2 ;;
+            *) die "up: unknown argument $1" ;;
+        esac
+    done
+    [ -n "$kubelet_v" ] || die "up: --kubelet VERSION"
+    [ "$runtime" = containerd ] || die "up: --runtime $runtime is not wired into the lab yet (docs/lab.md); containerd is"
+    [ "$(id -u)" = 0 ] || die "up needs root"
+    kubelet_version="$(resolve_version "$kubelet_v")"
+    local cp_version
+    cp_version="$(resolve_version "${cp_v:-$kubelet_v}")"
+    local kdir cpdir
+    kdir="$(build_one "$kubelet_version" 1)"
+    cpdir="$(build_one "$cp_version" 0)"
+    [ -n "$dir" ] || dir="$(mktemp -d /tmp/k8s-lab.XXXXXX)"
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    [ ! -f "$dir/env" ] || die "$dir already holds a lab: down it first"
+    mkdir -p "$dir"/{pids,logs,cmd,bin,manifests,etcd,containerd,kubelet/root,kubelet/pki,cni/net.d,images}
+    chmod 755 "$dir"
+    local slot=$(( ($$ + RANDOM) % 200 + 20 ))
+    # the node's address is the pods' gateway on the lab's bridge: the bridge plugin accepts
+    # a bridge that already holds its gateway address, and nothing the lab sends leaves the
+    # machine (no dummy interface driver on these VMs)
+    node_ip="10.236.$slot.1"
+    local pod_subnet="10.236.$slot.0/24"
+    local bridge="labbr$slot"
+    cgroup_root="k8s-lab-$slot"
+    api_port="$(free_port)"; local etcd_port etcd_peer cm_port sched_port
+    etcd_port="$(free_port)"; etcd_peer="$(free_port)"; cm_port="$(free_port)"; sched_port="$(free_port)"
+    kubelet_port="$(free_port)"; healthz_port="$(free_port)"
+    runtime_root="$dir/containerd/root"
+    runtime_sock="$dir/containerd/containerd.sock"
+    pause_image="k8s-lab.local/pause:1.0"
+    busybox_image="k8s-lab.local/busybox:1.0"
+    local cdir; cdir="$(containerd_dir)"; ctr_bin="$cdir/usr/bin"
+    cni_dir="$(cni_bin)"
+    local etcd; etcd="$(etcd_bin)"
+    install -m 0755 "$kdir/kubelet" "$dir/bin/kubelet"
+    for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do ln -sf "$cpdir/$b" "$dir/bin/$b"; done
+    cat > "$dir/env" <<EOF
+kubelet_version=$kubelet_version
+cp_version=$cp_version
+node_name=$node_name
+node_ip=$node_ip
+pod_subnet=$pod_subnet
+bridge=$bridge
+cgroup_root=$cgroup_root
+api_port=$api_port
+kubelet_port=$kubelet_port
+healthz_port=$healthz_port
+runtime=$runtime
+runtime_root=$runtime_root
+runtime_sock=$runtime_sock
+pause_image=$pause_image
+busybox_image=$busybox_image
+ctr_bin=$ctr_bin
+cni_dir=$cni_dir
+EOF
+    ip link add "$bridge" type bridge
+    ip addr add "$node_ip/24" dev "$bridge"
+    ip link set "$bridge" up
+    for c in /sys/fs/cgroup/*/; do
+        [ -d "$c" ] && [ -w "$c" ] && mkdir -p "$c$cgroup_root" 2>/dev/null || true
+    done
+    certs
+    kubeconfig "$dir/admin.conf" admin admin
+    kubeconfig "$dir/controller-manager.conf" controller-manager controller-manager
+    kubeconfig "$dir/scheduler.conf" scheduler scheduler
+    kubeconfig "$dir/kubelet.conf" "system:node:$node_name" kubelet-client
+    printf 'nameserver 127.0.0.1\n' > "$dir/kubelet/resolv.conf"
+
+    log "etcd"
+    spawn etcd "$etcd" --name lab --data-dir "$dir/etcd" \
+        --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+        --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+        --initial-cluster "lab=http://127.0.0.1:$etcd_peer" --listen-metrics-urls "" --log-level warn
+    wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
+
+    log "kube-apiserver $cp_version"
+    spawn apiserver "$dir/bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
+        --bind-address 127.0.0.1 --secure-port "$api_port" --advertise-address "$node_ip" \
+        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+        --client-ca-file "$dir/pki/ca.crt" --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
+        --kubelet-client-certificate "$dir/pki/admin.crt" --kubelet-client-key "$dir/pki/admin.key" \
+        --kubelet-certificate-authority "$dir/pki/ca.crt" \
+        --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
+        --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
+        --allow-privileged=true --endpoint-reconciler-type none
+    wait_for kube-apiserver 120 "$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get --raw /readyz
+
+    log "kube-controller-manager, kube-scheduler"
+    spawn controller-manager "$dir/bin/kube-controller-manager" --kubeconfig "$dir/controller-manager.conf" \
+        --authentication-kubeconfig "$dir/controller-manager.conf" --authorization-kubeconfig "$dir/controller-manager.conf" \
+        --bind-address 127.0.0.1 --secure-port "$cm_port" --leader-elect=false \
+        --service-account-private-key-file "$dir/pki/sa.key" --root-ca-file "$dir/pki/ca.crt" \
+        --use-service-account-credentials=true --cluster-signing-cert-file "$dir/pki/ca.crt" \
+        --cluster-signing-key-file "$dir/pki/ca.key" --controllers '*,bootstrapsigner,tokencleaner'
+    spawn scheduler "$dir/bin/kube-scheduler" --kubeconfig "$dir/scheduler.conf" \
+        --authentication-kubeconfig "$dir/scheduler.conf" --authorization-kubeconfig "$dir/scheduler.conf" \
+        --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false
+
+    log "containerd ($ctr_bin), CNI bridge $bridge ($pod_subnet)"
+    cat > "$dir/cni/net.d/10-lab.conflist" <<EOF
+{"cniVersion": "0.4.0", "name": "k8s-lab-$slot", "plugins": [
+  {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam", "ranges": [[{"subnet": "$pod_subnet"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "loopback"}]}
+EOF
+    write_containerd_config
+    start_runtime
+    wait_for containerd 60 runtime_answers
+    import_images
+
+    log "kubelet $kubelet_version"
+    write_kubelet_config
+    start_kubelet
+    wait_for "node $node_name Ready" 180 node_ready
+    print_env
+}
+
+node_ready() {
+    [ "$("$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get node "$node_name" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+print_env() {
+    cat <<EOF
+export KUBECONFIG=$dir/admin.conf
+LAB_DIR=$dir
+NODE=$node_name
+RUNTIME_ROOT=$runtime_root
+RUNTIME_ENDPOINT=unix://$runtime_sock
+KUBELET_PATH=$dir/bin/kubelet
+KUBELET_CONFIG=$dir/kubelet/config.yaml
+KUBELET_DIR=$dir/kubelet/root
+KUBELET_HEALTHZ=http://127.0.0.1:$healthz_port/healthz
+MANIFESTS=$dir/manifests
+KUBECTL=$dir/bin/kubectl
+KUBELET_VERSION=$kubelet_version
+CONTROL_PLANE_VERSION=$cp_version
+EOF
+}
+
+need_dir() {
+    dir=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --dir) dir="$2"; shift 2 ;;
+            *) die "unknown argument $1" ;;
+        esac
+    done
+    [ -n "$dir" ] || die "--dir DIR"
+    dir="$(cd "$dir" && pwd)"
+    lab_env
+}
+
+cmd_down() {
+    need_dir "$@"
+    stop_pid_of kubelet 30
+    # the pods' processes: every task the runtime runs, then the runtime and its shims
+    local p
+    for c in /sys/fs/cgroup/*/"$cgroup_root"; do
+        [ -d "$c" ] || continue
+        find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null | while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
+    done
+    stop_pid_of runtime 30
+    for p in $(pgrep -f "containerd-shim.*-address $runtime_sock" || true); do kill -KILL "$p" 2>/dev/null || true; done
+    for n in scheduler controller-manager apiserver etcd; do stop_pid_of "$n" 30; done
+    # mounts the runtime left (rootfs, shm, netns), deepest first
+    awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do :; done
+    ip link del "$bridge" 2>/dev/null || true
+    for c in /sys/fs/cgroup/*/"$cgroup_root"; do
+        [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    done
+    log "down: $dir stopped (files kept: rm -rf it when done)"
+    mv "$dir/env" "$dir/env.down"
+}
+
+case "${1:-}" in
+    build) shift; cmd_build "$@" ;;
+    up) shift; cmd_up "$@" ;;
+    stop-kubelet) shift; need_dir "$@"; stop_pid_of kubelet 30 ;;
+    start-kubelet) shift; need_dir "$@"; start_kubelet ;;
+    stop-runtime) shift; need_dir "$@"; stop_pid_of runtime 60 ;;
+    start-runtime) shift; need_dir "$@"; start_runtime; wait_for containerd 60 runtime_answers ;;
+    images) shift; need_dir "$@"; import_images; echo "$pause_image"; echo "$busybox_image" ;;
+    env) shift; need_dir "$@"; print_env ;;
+    down) shift; cmd_down "$@" ;;
+    *) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
