@@ -551,6 +551,8 @@ EOF
     write_kubelet_config
     start_kubelet
     wait_for "node $node_name Ready" 180 node_ready
+    # pods are admitted once the controller-manager made the namespace's service account
+    wait_for "the default service account" 60 "$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get serviceaccount default
     print_env
 }
 

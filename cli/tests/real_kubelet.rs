@@ -1,0 +1,922 @@
+//! The real thing: kubelets, API server, controller-manager and scheduler built from
+//! Kubernetes' own Go modules (`scripts/k8s-lab.sh`), one node, and `kubelet-rehash upgrade`
+//! run on it exactly as on a systemd node. For each version pair:
+//! - workloads made through the API: a Deployment of 3 behind a Service, a pod with readiness
+//!   and liveness probes, one with an init container and a native sidecar, a host-network pod,
+//!   static pods (one with a pinned `metadata.uid`, one without: the plan says the target
+//!   kubelet derives that one's UID anew and restarts it; the real kubelet is the judge);
+//! - **fidelity**: every hash the real kubelet stored (read through the CRI) equals
+//!   `kubelet-rehash hash` of the container's spec as the API server serves it;
+//! - **upgrade with the tool**: every container keeps its id, pid and restart count, every pod
+//!   its UID and IP, except exactly the containers the plan said restart anyway; the node
+//!   never leaves Ready and the Service's EndpointSlice never loses a ready endpoint, sampled
+//!   every 100 ms through the window;
+//! - **back out** (the old kubelet again) the same way;
+//! - **control**: the new kubelet swapped in without the tool: exactly the containers the plan
+//!   says restart without a rewrite are restarted by the real kubelet.
+//!
+//! Pairs: `LAB_PAIRS` (`default`: the pairs scripts/test.sh runs; `all`: every adjacent pair
+//! the proxy serves; or `1.30-1.31,1.36-1.37`). Results go to
+//! `target/real-kubelet/results.md` (docs/lab.md keeps them). With `REAL_KUBELET_GOLDEN=DIR` the
+//! spec/hash pairs the real kubelets stored are written there (scripts/real-kubelet-golden.sh).
+//! Needs root and the lab's builds (scripts/test.sh makes them first; cached).
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn lab_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/k8s-lab.sh")
+}
+
+fn bin() -> &'static str {
+    testtools::private_state_dir();
+    env!("CARGO_BIN_EXE_kubelet-rehash")
+}
+
+fn sh(cmd: &mut Command, what: &str) -> String {
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        o.status.success(),
+        "{what}: {}\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// One running lab (`k8s-lab.sh up`), brought down on drop.
+struct Lab {
+    dir: PathBuf,
+    env: BTreeMap<String, String>,
+    down: bool,
+}
+
+impl Lab {
+    fn up(kubelet: &str, control_plane: &str, dir: &Path) -> Lab {
+        let out = sh(
+            Command::new(lab_script())
+                .args([
+                    "up",
+                    "--kubelet",
+                    kubelet,
+                    "--control-plane",
+                    control_plane,
+                    "--dir",
+                ])
+                .arg(dir),
+            &format!("k8s-lab.sh up --kubelet {kubelet} --control-plane {control_plane}"),
+        );
+        let env = out
+            .lines()
+            .filter_map(|l| l.trim_start_matches("export ").split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<BTreeMap<_, _>>();
+        for k in [
+            "KUBECONFIG",
+            "LAB_DIR",
+            "NODE",
+            "RUNTIME_ROOT",
+            "RUNTIME_ENDPOINT",
+            "KUBELET_PATH",
+            "KUBELET_CONFIG",
+        ] {
+            assert!(env.contains_key(k), "k8s-lab.sh up prints {k}: {out}");
+        }
+        Lab {
+            dir: dir.to_path_buf(),
+            env,
+            down: false,
+        }
+    }
+
+    fn var(&self, k: &str) -> &str {
+        &self.env[k]
+    }
+
+    fn kubectl(&self, args: &[&str]) -> String {
+        sh(
+            Command::new(self.var("KUBECTL"))
+                .env("KUBECONFIG", self.var("KUBECONFIG"))
+                .args(args),
+            &format!("kubectl {}", args.join(" ")),
+        )
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl(&a)).unwrap()
+    }
+
+    fn apply(&self, yaml: &str) {
+        let f = self.dir.join(format!("apply-{}.yaml", yaml.len()));
+        std::fs::write(&f, yaml).unwrap();
+        self.kubectl(&["apply", "-f", &f.display().to_string()]);
+    }
+
+    fn lab(&self, verb: &str) -> String {
+        format!(
+            "{} {verb} --dir {}",
+            lab_script().display(),
+            self.dir.display()
+        )
+    }
+
+    fn pods_of_node(&self) -> Value {
+        self.json(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            &format!("spec.nodeName={}", self.var("NODE")),
+        ])
+    }
+
+    fn cri(&self) -> storepatch::live::cri::CriClient {
+        storepatch::live::cri::CriClient::connect(self.var("RUNTIME_ENDPOINT")).unwrap()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if !self.down {
+            self.down = true;
+            let _ = Command::new(lab_script())
+                .args(["down", "--dir"])
+                .arg(&self.dir)
+                .status();
+        }
+    }
+}
+
+/// A container as the API server and the runtime see it.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    pod_uid: String,
+    pod_ip: String,
+    id: String,
+    restarts: u64,
+    pid: Option<u32>,
+}
+
+/// `ns/pod/container` → what is seen now (running containers only).
+fn observe(lab: &Lab) -> BTreeMap<String, Seen> {
+    let pids: BTreeMap<String, Option<u32>> = lab
+        .cri()
+        .list_containers()
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.id, c.pid))
+        .collect();
+    let mut out = BTreeMap::new();
+    for p in lab.pods_of_node()["items"].as_array().unwrap() {
+        let ns = p["metadata"]["namespace"].as_str().unwrap();
+        let name = p["metadata"]["name"].as_str().unwrap();
+        for key in ["initContainerStatuses", "containerStatuses"] {
+            for c in p["status"][key].as_array().into_iter().flatten() {
+                if c["state"]["running"].is_null() {
+                    continue;
+                }
+                let id = c["containerID"]
+                    .as_str()
+                    .unwrap_or("")
+                    .trim_start_matches("containerd://")
+                    .to_string();
+                out.insert(
+                    format!("{ns}/{name}/{}", c["name"].as_str().unwrap()),
+                    Seen {
+                        pod_uid: p["metadata"]["uid"].as_str().unwrap().to_string(),
+                        pod_ip: p["status"]["podIP"].as_str().unwrap_or("").to_string(),
+                        pid: pids.get(&id).copied().flatten(),
+                        id,
+                        restarts: c["restartCount"].as_u64().unwrap_or(0),
+                    },
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Waits until every pod of the node is Ready and every container runs (init containers
+/// excepted), and the node reports `version` as its kubelet's.
+fn wait_settled(lab: &Lab, version: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let node = lab.json(&["get", "node", lab.var("NODE")]);
+        let kv = node["status"]["nodeInfo"]["kubeletVersion"]
+            .as_str()
+            .unwrap_or("");
+        let pods = lab.pods_of_node();
+        let items = pods["items"].as_array().unwrap();
+        let all_ready = !items.is_empty()
+            && items.iter().all(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+        if kv == format!("v{version}") && all_ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the node did not settle in 180 s (kubelet {kv}, want v{version}; pods {})",
+            items
+                .iter()
+                .map(|p| format!(
+                    "{}={}",
+                    p["metadata"]["name"],
+                    p["status"]["phase"].as_str().unwrap_or("?")
+                ))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Node Ready and the Service's ready endpoints, every 100 ms, through curl with the lab's
+/// admin certificate (a process per sample, independent of kubectl's cache).
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<(f64, bool, usize)>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(lab: &Lab) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let pki = lab.dir.join("pki");
+        let kubeconfig = std::fs::read_to_string(lab.var("KUBECONFIG")).unwrap();
+        let server = kubeconfig
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .unwrap()
+            .to_string();
+        let node = lab.var("NODE").to_string();
+        let (st, sa) = (stop.clone(), samples.clone());
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let get = |path: &str| -> Option<Value> {
+                let o = Command::new("curl")
+                    .args(["-sf", "--max-time", "2", "--cacert"])
+                    .arg(pki.join("ca.crt"))
+                    .arg("--cert")
+                    .arg(pki.join("admin.crt"))
+                    .arg("--key")
+                    .arg(pki.join("admin.key"))
+                    .arg(format!("{server}{path}"))
+                    .output()
+                    .ok()?;
+                serde_json::from_slice(&o.stdout).ok()
+            };
+            while !st.load(Ordering::SeqCst) {
+                let tick = Instant::now();
+                let ready = get(&format!("/api/v1/nodes/{node}"))
+                    .map(|n| {
+                        n["status"]["conditions"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+                    .unwrap_or(false);
+                let endpoints = get("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dweb")
+                    .map(|l| {
+                        l["items"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+                            .filter(|e| e["conditions"]["ready"] == true)
+                            .count()
+                    })
+                    .unwrap_or(0);
+                sa.lock()
+                    .unwrap()
+                    .push((t0.elapsed().as_secs_f64(), ready, endpoints));
+                if let Some(rest) = Duration::from_millis(100).checked_sub(tick.elapsed()) {
+                    std::thread::sleep(rest);
+                }
+            }
+        });
+        Sampler {
+            stop,
+            samples,
+            thread: Some(thread),
+        }
+    }
+
+    /// (samples, seconds not Ready, fewest ready endpoints seen)
+    fn finish(mut self) -> (usize, f64, usize) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap();
+        let s = self.samples.lock().unwrap();
+        let not_ready = s
+            .windows(2)
+            .filter(|w| !w[0].1)
+            .map(|w| w[1].0 - w[0].0)
+            .fold(0.0, |a, b| a + b);
+        let fewest = s.iter().map(|x| x.2).min().unwrap_or(0);
+        (s.len(), not_ready, fewest)
+    }
+}
+
+fn workloads(minor: u32) -> String {
+    let idle = r#"["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]"#;
+    let img = "image: k8s-lab.local/busybox:1.0\n    imagePullPolicy: Never";
+    let mut y = format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: web
+        image: k8s-lab.local/busybox:1.0
+        imagePullPolicy: Never
+        command: ["/bin/sh", "-c", "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www"]
+        readinessProbe: {{httpGet: {{path: /, port: 8080}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: 8080}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: probed}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    {img}
+    command: ["/bin/sh", "-c", "touch /tmp/ready; trap 'exit 0' TERM; while true; do sleep 1; done"]
+    readinessProbe: {{exec: {{command: ["cat", "/tmp/ready"]}}, periodSeconds: 2}}
+    livenessProbe: {{exec: {{command: ["true"]}}, periodSeconds: 5}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: hostnet}}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    {img}
+    command: {idle}
+"#
+    );
+    // native sidecars: an init container with restartPolicy Always (1.29+)
+    let sidecar = if minor >= 29 {
+        format!("  - name: side\n    {img}\n    restartPolicy: Always\n    command: {idle}\n")
+    } else {
+        String::new()
+    };
+    y.push_str(&format!(
+        r#"---
+apiVersion: v1
+kind: Pod
+metadata: {{name: sidecar}}
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: init
+    {img}
+    command: ["/bin/sh", "-c", "echo init done"]
+{sidecar}  containers:
+  - name: main
+    {img}
+    command: {idle}
+"#
+    ));
+    y
+}
+
+fn static_pod(name: &str, uid: Option<&str>) -> String {
+    let uid = uid.map(|u| format!(", uid: {u}")).unwrap_or_default();
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default{uid}}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: k8s-lab.local/busybox:1.0
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+"#
+    )
+}
+
+/// `ns/pod/container` → hash, from `kubelet-rehash hash -k version` of the pods JSON.
+fn our_hashes(pods: &Path, version: &str) -> BTreeMap<String, String> {
+    let out = sh(
+        Command::new(bin()).args(["hash", "-k", version]).arg(pods),
+        "kubelet-rehash hash",
+    );
+    out.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| {
+            (
+                v["id"].as_str().unwrap().to_string(),
+                v["hash"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every running container's stored hash (through the CRI) equals ours for `version`, for
+/// the containers `which` selects; returns the spec/hash pairs checked.
+fn fidelity(lab: &Lab, version: &str, which: &dyn Fn(&str) -> bool, what: &str) -> Vec<Value> {
+    let pods = lab.pods_of_node();
+    let file = lab
+        .dir
+        .join(format!("fidelity-{version}-{}.json", what.len()));
+    std::fs::write(&file, serde_json::to_vec(&pods).unwrap()).unwrap();
+    let ours = our_hashes(&file, version);
+    let mut specs = BTreeMap::new();
+    for p in pods["items"].as_array().unwrap() {
+        for key in ["initContainers", "containers"] {
+            for c in p["spec"][key].as_array().into_iter().flatten() {
+                specs.insert(
+                    format!(
+                        "{}/{}/{}",
+                        p["metadata"]["namespace"].as_str().unwrap(),
+                        p["metadata"]["name"].as_str().unwrap(),
+                        c["name"].as_str().unwrap()
+                    ),
+                    c.clone(),
+                );
+            }
+        }
+    }
+    let mut pairs = Vec::new();
+    let mut checked = 0;
+    for c in lab.cri().list_containers().unwrap() {
+        if c.state != "CONTAINER_RUNNING" && c.state != "CONTAINER_EXITED" {
+            continue;
+        }
+        let key = format!(
+            "{}/{}/{}",
+            c.labels["io.kubernetes.pod.namespace"], c.labels["io.kubernetes.pod.name"], c.name
+        );
+        if !which(&c.id) || !specs.contains_key(&key) {
+            continue;
+        }
+        let stored = &c.annotations["io.kubernetes.container.hash"];
+        assert_eq!(
+            Some(stored),
+            ours.get(&key),
+            "{what}: the hash kubelet {version} stored for {key} ({}) is what kubelet-rehash hash computes from the spec the API server serves",
+            c.id
+        );
+        checked += 1;
+        pairs.push(serde_json::json!({
+            "version": version, "id": key, "container": specs[&key], "hash": stored
+        }));
+    }
+    assert!(checked > 0, "{what}: no container was checked");
+    pairs
+}
+
+fn upgrade(lab: &Lab, pods: &Path, to: &str, kubelet: &Path, state_dir: &Path) -> Value {
+    let state = state_dir.join("state.json");
+    let _ = std::fs::remove_file(&state);
+    let o = Command::new(bin())
+        .args(["upgrade", "--pods"])
+        .arg(pods)
+        .args(["--to", to, "--root", lab.var("RUNTIME_ROOT")])
+        .args([
+            "--runtime-socket",
+            lab.var("RUNTIME_ENDPOINT").trim_start_matches("unix://"),
+        ])
+        .args(["--kubelet-dir", lab.var("KUBELET_DIR")])
+        .args(["--manifests", lab.var("MANIFESTS")])
+        .arg("--kubelet-binary")
+        .arg(kubelet)
+        .args(["--kubelet-path", lab.var("KUBELET_PATH")])
+        .arg("--state")
+        .arg(&state)
+        .arg("--backup-dir")
+        .arg(state_dir.join(format!("backup-{to}")))
+        .args(["--stop-kubelet", &lab.lab("stop-kubelet")])
+        .args(["--start-kubelet", &lab.lab("start-kubelet")])
+        .args(["--stop-runtime", &lab.lab("stop-runtime")])
+        .args(["--start-runtime", &lab.lab("start-runtime")])
+        .args(["--kubelet-healthz", lab.var("KUBELET_HEALTHZ")])
+        .arg("--accept-restarts")
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "kubelet-rehash upgrade --to {to} on the real node: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// The plan of the running node for `to`: (restart without rewrite, restart after rewrite),
+/// as `ns/pod/container` names.
+fn planned(lab: &Lab, pods: &Path, to: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let o = Command::new(bin())
+        .args(["plan", "--pods"])
+        .arg(pods)
+        .args(["--to", to, "--root", lab.var("RUNTIME_ROOT")])
+        .args([
+            "--runtime-socket",
+            lab.var("RUNTIME_ENDPOINT").trim_start_matches("unix://"),
+        ])
+        .args(["--kubelet-dir", lab.var("KUBELET_DIR")])
+        .args(["--manifests", lab.var("MANIFESTS")])
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    let plan: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("plan -o json: {e}: {}", String::from_utf8_lossy(&o.stderr)));
+    let mut without = BTreeSet::new();
+    let mut after = BTreeSet::new();
+    for r in plan["records"].as_array().unwrap() {
+        // running containers: an exited init container is never started again either way
+        if r["kind"] != "container" || r["state"] != "running" {
+            continue;
+        }
+        let key = format!(
+            "{}/{}/{}",
+            r["namespace"].as_str().unwrap(),
+            r["pod"].as_str().unwrap(),
+            r["container"].as_str().unwrap()
+        );
+        if r["would_restart_without_rewrite"] == true {
+            without.insert(key.clone());
+        }
+        if r["would_restart_after_rewrite"] == true {
+            after.insert(key);
+        }
+    }
+    (without, after)
+}
+
+/// The containers whose id or restart count changed, or that are gone.
+fn restarted(before: &BTreeMap<String, Seen>, now: &BTreeMap<String, Seen>) -> BTreeSet<String> {
+    before
+        .iter()
+        .filter(|(k, b)| match now.get(*k) {
+            Some(n) => n.id != b.id || n.restarts != b.restarts,
+            None => true,
+        })
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+struct Row {
+    pair: String,
+    runtime: &'static str,
+    containers: usize,
+    control_restarted: usize,
+    control_expected: usize,
+    tool_restarted: usize,
+    tool_predicted: usize,
+    back_restarted: usize,
+    not_ready_s: f64,
+    fewest_endpoints: (usize, usize),
+    kubelet_down_s: (f64, f64),
+}
+
+fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
+    let minor: u32 = to.split('.').nth(1).unwrap().parse().unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("lab");
+    let state_dir = t.path().join("state");
+    std::fs::create_dir(&state_dir).unwrap();
+    let new_kubelet = PathBuf::from(
+        sh(
+            Command::new(lab_script()).args(["build", "--kubelet-only", to]),
+            "k8s-lab.sh build",
+        )
+        .lines()
+        .last()
+        .unwrap(),
+    )
+    .join("kubelet");
+    let old_kubelet = PathBuf::from(
+        sh(
+            Command::new(lab_script()).args(["build", "--kubelet-only", from]),
+            "k8s-lab.sh build",
+        )
+        .lines()
+        .last()
+        .unwrap(),
+    )
+    .join("kubelet");
+    let lab = Lab::up(from, to, &dir);
+    let from_v = lab.var("KUBELET_VERSION").to_string();
+    let to_v = lab.var("CONTROL_PLANE_VERSION").to_string();
+    lab.apply(&workloads(minor));
+    let manifests = Path::new(lab.var("MANIFESTS"));
+    std::fs::write(
+        manifests.join("static-pinned.yaml"),
+        static_pod(
+            "static-pinned",
+            Some("5a7c9e0b-0000-4000-8000-00000000a11d"),
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        manifests.join("static-derived.yaml"),
+        static_pod("static-derived", None),
+    )
+    .unwrap();
+    wait_settled(&lab, &from_v, "before");
+    // the kubelet's readiness and the endpoint controller have caught up
+    std::thread::sleep(Duration::from_secs(5));
+    let pair = format!("{from} → {to}");
+
+    // fidelity of the old kubelet: every container it created
+    golden.extend(fidelity(
+        &lab,
+        from,
+        &|_| true,
+        &format!("{pair}: kubelet {from}"),
+    ));
+
+    // ---- upgrade with the tool ----
+    let before = observe(&lab);
+    let pods = t.path().join("pods-up.json");
+    std::fs::write(
+        &pods,
+        lab.kubectl(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            &format!("spec.nodeName={}", lab.var("NODE")),
+            "-o",
+            "json",
+        ]),
+    )
+    .unwrap();
+    let (without_up, after_up) = planned(&lab, &pods, to);
+    let sampler = Sampler::start(&lab);
+    let state_up = upgrade(&lab, &pods, to, &new_kubelet, &state_dir);
+    wait_settled(&lab, &to_v, &format!("{pair}: after the upgrade"));
+    std::thread::sleep(Duration::from_secs(15));
+    wait_settled(&lab, &to_v, &format!("{pair}: after the upgrade"));
+    let (n1, not_ready_1, fewest_1) = sampler.finish();
+    let after = observe(&lab);
+    let tool_restarted = restarted(&before, &after);
+    assert_eq!(
+        tool_restarted, after_up,
+        "{pair}: with kubelet-rehash, the real kubelet {to} restarts exactly the containers the plan said restart anyway"
+    );
+    for (k, b) in &before {
+        if after_up.contains(k) {
+            continue;
+        }
+        let a = &after[k];
+        assert_eq!(
+            (a.pod_uid.as_str(), a.pod_ip.as_str(), a.pid),
+            (b.pod_uid.as_str(), b.pod_ip.as_str(), b.pid),
+            "{pair}: {k} keeps its pod's UID and IP and its process"
+        );
+    }
+    assert!(
+        n1 > 20,
+        "{pair}: the sampler ran through the window ({n1} samples)"
+    );
+    assert_eq!(not_ready_1, 0.0, "{pair}: the node never left Ready");
+    assert_eq!(
+        fewest_1, 3,
+        "{pair}: the Service never lost a ready endpoint"
+    );
+    // our rewritten hashes are what the real new kubelet computes (else it had restarted them)
+    fidelity(
+        &lab,
+        to,
+        &|id| after.values().any(|s| s.id == id),
+        &format!("{pair}: rewritten for {to}"),
+    );
+
+    // ---- back out with the tool ----
+    let before_back = observe(&lab);
+    std::fs::write(
+        &pods,
+        lab.kubectl(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            &format!("spec.nodeName={}", lab.var("NODE")),
+            "-o",
+            "json",
+        ]),
+    )
+    .unwrap();
+    let (_, after_back) = planned(&lab, &pods, from);
+    let sampler = Sampler::start(&lab);
+    let state_back = upgrade(&lab, &pods, from, &old_kubelet, &state_dir);
+    wait_settled(&lab, &from_v, &format!("{pair}: after the back-out"));
+    std::thread::sleep(Duration::from_secs(15));
+    wait_settled(&lab, &from_v, &format!("{pair}: after the back-out"));
+    let (_, not_ready_2, fewest_2) = sampler.finish();
+    let back = observe(&lab);
+    let back_restarted = restarted(&before_back, &back);
+    assert_eq!(
+        back_restarted, after_back,
+        "{pair}: backing out with kubelet-rehash, the real kubelet {from} restarts exactly what the plan said"
+    );
+    assert_eq!(
+        not_ready_2, 0.0,
+        "{pair}: back-out: the node never left Ready"
+    );
+    assert_eq!(fewest_2, 3, "{pair}: back-out: no ready endpoint lost");
+
+    // ---- control: the new kubelet without the tool ----
+    let before_ctl = observe(&lab);
+    std::fs::write(
+        &pods,
+        lab.kubectl(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            &format!("spec.nodeName={}", lab.var("NODE")),
+            "-o",
+            "json",
+        ]),
+    )
+    .unwrap();
+    let (without_ctl, _) = planned(&lab, &pods, to);
+    sh(
+        Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
+        "stop-kubelet",
+    );
+    std::fs::copy(&new_kubelet, lab.var("KUBELET_PATH")).unwrap();
+    sh(
+        Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
+        "start-kubelet",
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let ctl_restarted = loop {
+        std::thread::sleep(Duration::from_secs(3));
+        let now = observe(&lab);
+        let r = restarted(&before_ctl, &now);
+        if r.len() >= without_ctl.len() || Instant::now() > deadline {
+            break r;
+        }
+    };
+    assert_eq!(
+        ctl_restarted, without_ctl,
+        "{pair}: control: without the tool the real kubelet {to} restarts exactly the containers whose hash changes"
+    );
+    wait_settled(&lab, &to_v, &format!("{pair}: control"));
+    // fidelity of the new kubelet: the containers it created itself
+    let created: BTreeSet<String> = observe(&lab)
+        .into_iter()
+        .filter(|(k, _)| ctl_restarted.contains(k))
+        .map(|(_, s)| s.id)
+        .collect();
+    golden.extend(fidelity(
+        &lab,
+        to,
+        &|id| created.contains(id),
+        &format!("{pair}: kubelet {to}"),
+    ));
+    let _ = without_up;
+    Row {
+        pair,
+        runtime: "containerd 2.1.9",
+        containers: before.len(),
+        control_restarted: ctl_restarted.len(),
+        control_expected: without_ctl.len(),
+        tool_restarted: tool_restarted.len(),
+        tool_predicted: after_up.len(),
+        back_restarted: back_restarted.len(),
+        not_ready_s: not_ready_1 + not_ready_2,
+        fewest_endpoints: (fewest_1, fewest_2),
+        kubelet_down_s: (
+            state_up["kubelet_down_ms"].as_f64().unwrap_or(f64::NAN) / 1e3,
+            state_back["kubelet_down_ms"].as_f64().unwrap_or(f64::NAN) / 1e3,
+        ),
+    }
+}
+
+fn pairs() -> Vec<(String, String)> {
+    let spec = std::env::var("LAB_PAIRS").unwrap_or_else(|_| "default".into());
+    let list = match spec.as_str() {
+        "default" => "1.30-1.31,1.36-1.37".to_string(),
+        "all" => {
+            let out = sh(
+                Command::new("go").args(["list", "-m", "-versions", "k8s.io/kubernetes"]),
+                "go list",
+            );
+            let minors: BTreeSet<u32> = out
+                .split_whitespace()
+                .skip(1)
+                .filter(|v| !v.contains('-'))
+                .filter_map(|v| v.split('.').nth(1)?.parse().ok())
+                .collect();
+            minors
+                .iter()
+                .filter(|m| minors.contains(&(*m + 1)))
+                .map(|m| format!("1.{m}-1.{}", m + 1))
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+        other => other.to_string(),
+    };
+    list.split(',')
+        .map(|p| {
+            let (a, b) = p.split_once('-').expect("LAB_PAIRS: FROM-TO,...");
+            (a.to_string(), b.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_real_kubelet_adopts_every_container_kubelet_rehash_rewrote() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "the lab needs root (CI runs scripts/test.sh as root)"
+    );
+    let mut rows = Vec::new();
+    let mut golden = Vec::new();
+    for (from, to) in pairs() {
+        let started = Instant::now();
+        let row = run_pair(&from, &to, &mut golden);
+        eprintln!(
+            "real kubelet {}: {:.0} s",
+            row.pair,
+            started.elapsed().as_secs_f64()
+        );
+        rows.push(row);
+    }
+    let mut md = String::from("| pair | runtime | containers | restarted without the tool (expected) | restarted with it (predicted by the plan) | restarted backing out | node NotReady s | fewest ready endpoints (of 3) up / back | kubelet down s up / back |\n|---|---|---|---|---|---|---|---|---|\n");
+    for r in &rows {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} ({}) | {} ({}) | {} | {:.1} | {} / {} | {:.1} / {:.1} |\n",
+            r.pair,
+            r.runtime,
+            r.containers,
+            r.control_restarted,
+            r.control_expected,
+            r.tool_restarted,
+            r.tool_predicted,
+            r.back_restarted,
+            r.not_ready_s,
+            r.fewest_endpoints.0,
+            r.fewest_endpoints.1,
+            r.kubelet_down_s.0,
+            r.kubelet_down_s.1
+        ));
+    }
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/real-kubelet");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("results.md"), &md).unwrap();
+    eprintln!("{md}");
+    if let Ok(dir) = std::env::var("REAL_KUBELET_GOLDEN") {
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut by_version: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
+        for p in golden {
+            let v = p["version"].as_str().unwrap().to_string();
+            let key = format!(
+                "{}:{}",
+                p["id"].as_str().unwrap(),
+                p["hash"].as_str().unwrap()
+            );
+            by_version.entry(v).or_default().insert(key, p);
+        }
+        for (v, pairs) in by_version {
+            let mut text = String::new();
+            for p in pairs.values() {
+                text.push_str(&serde_json::to_string(p).unwrap());
+                text.push('\n');
+            }
+            std::fs::write(dir.join(format!("{v}.jsonl")), text).unwrap();
+        }
+    }
+}
