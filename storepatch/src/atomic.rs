@@ -77,7 +77,14 @@ pub fn read_regular_nofollow(path: &Path) -> Result<(Vec<u8>, FileMeta), StoreEr
 
 /// Opens `path` for reading with `flags` and `O_NOATIME`, or without `O_NOATIME` where the
 /// kernel refuses it (`EPERM`: a file neither ours nor open to us as root).
+///
+/// Always `O_NONBLOCK`: opening a FIFO for reading blocks until a writer comes, so a FIFO put
+/// in place of a store file (a `config.v2.json`, a CRI-O `config.json`) hung every reader,
+/// forever, before the caller could look at what it had opened. Non-blocking, the open
+/// returns at once and the caller's regular-file check refuses it; on a regular file the flag
+/// changes nothing.
 pub fn open_read_noatime(path: &Path, flags: i32) -> std::io::Result<File> {
+    let flags = flags | libc::O_NONBLOCK;
     let open = |flags: i32| OpenOptions::new().read(true).custom_flags(flags).open(path);
     match open(flags | libc::O_NOATIME) {
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(flags),
@@ -89,7 +96,14 @@ pub fn open_read_noatime(path: &Path, flags: i32) -> std::io::Result<File> {
 /// access time.
 pub fn read_noatime(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut f = open_read_noatime(path, 0)?;
-    let mut bytes = Vec::with_capacity(f.metadata().map(|m| m.len() as usize).unwrap_or(0));
+    let meta = f.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or socket is never read)",
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
     f.read_to_end(&mut bytes)?;
     Ok(bytes)
 }
