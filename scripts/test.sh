@@ -21,6 +21,15 @@ scripts/setup-bbolt-check.sh
 # Debian's ansible-core unpacked into .cache/ansible (cli/tests/ansible_live.rs drives deploy/ansible/)
 scripts/setup-ansible.sh
 
+# The real node (cli/tests/real_kubelet.rs): kubelets and control planes built from Kubernetes'
+# own Go modules by scripts/k8s-lab.sh, cached outside the clone by version
+# (/var/cache/kubelet-rehash/k8s/<version>/; a cold build is about 4-6 min a version here).
+# The pairs CI runs: 1.30 -> 1.31 (every container's hash changes) and the newest served pair.
+lab_t0=$SECONDS
+scripts/k8s-lab.sh build --kubelet-only 1.30 1.36
+scripts/k8s-lab.sh build 1.31 1.37
+echo "test.sh: Kubernetes builds for the real-node suite ready in $((SECONDS - lab_t0)) s"
+
 # The README's two commands as a newcomer types them (read from the README: they cannot drift):
 # the demo plan runs verbatim and prints the plan; .ci/run runs exactly the second.
 scripts/readme-commands.sh
