@@ -49,6 +49,14 @@ resolve_version() {
         *) die "not a version: $want (1.31 or 1.31.14)" ;;
     esac
     v="$(served_versions k8s.io/kubernetes | grep -E "^v${want//./\\.}\.[0-9]+$" | sort -t. -k3,3n | tail -1)"
+    if [ -z "$v" ]; then
+        # The proxy's list is partial: older exact versions are served without being listed.
+        # Probe the patches of the minor and take the newest one served.
+        local z
+        for z in $(seq 0 30); do
+            (cd / && go list -m "k8s.io/kubernetes@v$want.$z") >/dev/null 2>&1 && v="v$want.$z"
+        done
+    fi
     [ -n "$v" ] || die "the Go module proxy serves no release of k8s.io/kubernetes $want (served: $(served_versions k8s.io/kubernetes | tr '\n' ' '))"
     echo "${v#v}"
 }
@@ -409,7 +417,6 @@ kubelet_cmd() {
         --container-runtime-endpoint="unix://$runtime_sock" \
         --hostname-override="$node_name" \
         --node-ip="$node_ip" \
-        --pod-infra-container-image="$pause_image" \
         --v=2
 }
 

@@ -18,6 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The default state file on the node (under --host-root).
+/// The largest `--budget`, seconds.
+const MAX_BUDGET_S: f64 = 86_400.0;
+
 const DEFAULT_STATE: &str = "/var/lib/kubelet-rehash/upgrade-state.json";
 
 /// How the node's services are driven.
@@ -172,8 +175,11 @@ pub fn cmd_upgrade(
     let to = parse_version("--to", &plan.to)?;
     let from = parse_from(&plan.from)?;
     if let Some(b) = f.budget {
-        if !(b.is_finite() && b > 0.0) {
-            return Err(Failure::usage("--budget: a positive number of seconds"));
+        // a day is far past any grace period; beyond it a Duration can overflow (1e30 panicked)
+        if !(b.is_finite() && b > 0.0 && b <= MAX_BUDGET_S) {
+            return Err(Failure::usage(format!(
+                "--budget: a positive number of seconds, at most {MAX_BUDGET_S} (a day)"
+            )));
         }
     }
     if f.services.stop_runtime.is_some() != f.services.start_runtime.is_some()

@@ -16,7 +16,7 @@
 //!   says restart without a rewrite are restarted by the real kubelet.
 //!
 //! Pairs: `LAB_PAIRS` (`default`: the pairs scripts/test.sh runs; `all`: every adjacent pair
-//! the proxy serves; or `1.30-1.31,1.36-1.37`). Results go to
+//! the proxy serves whose target kubelet-rehash supports; or `1.30-1.31,1.35-1.36`). Results go to
 //! `target/real-kubelet/results.md` (docs/lab.md keeps them). With `REAL_KUBELET_GOLDEN=DIR` the
 //! spec/hash pairs the real kubelets stored are written there (scripts/real-kubelet-golden.sh).
 //! Needs root and the lab's builds (scripts/test.sh makes them first; cached).
@@ -826,7 +826,7 @@ fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
 fn pairs() -> Vec<(String, String)> {
     let spec = std::env::var("LAB_PAIRS").unwrap_or_else(|_| "default".into());
     let list = match spec.as_str() {
-        "default" => "1.30-1.31,1.36-1.37".to_string(),
+        "default" => "1.30-1.31,1.35-1.36".to_string(),
         "all" => {
             let out = sh(
                 Command::new("go").args(["list", "-m", "-versions", "k8s.io/kubernetes"]),
@@ -838,9 +838,20 @@ fn pairs() -> Vec<(String, String)> {
                 .filter(|v| !v.contains('-'))
                 .filter_map(|v| v.split('.').nth(1)?.parse().ok())
                 .collect();
+            // the versions kubelet-rehash knows: a served pair past them is issue 38's
+            let known: Vec<Value> = serde_json::from_str(&sh(
+                Command::new(bin()).args(["versions", "-o", "json"]),
+                "kubelet-rehash versions",
+            ))
+            .unwrap();
+            let known: BTreeSet<String> = known
+                .iter()
+                .map(|v| v["version"].as_str().unwrap().to_string())
+                .collect();
             minors
                 .iter()
                 .filter(|m| minors.contains(&(*m + 1)))
+                .filter(|m| known.contains(&format!("1.{}", *m + 1)))
                 .map(|m| format!("1.{m}-1.{}", m + 1))
                 .collect::<Vec<_>>()
                 .join(",")

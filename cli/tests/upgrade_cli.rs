@@ -129,6 +129,9 @@ fn bad_input_is_exit_2_before_anything_is_read() {
     };
     for (what, a) in [
         ("a budget of 0", with(&["--budget", "0"])),
+        // Duration::from_secs_f64 panicked on it (exit 101), nothing stopped
+        ("a budget of 1e30", with(&["--budget", "1e30"])),
+        ("a budget of NaN", with(&["--budget", "NaN"])),
         (
             "https healthz",
             with(&["--kubelet-healthz", "https://127.0.0.1:10250/healthz"]),
