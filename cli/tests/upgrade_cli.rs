@@ -121,6 +121,10 @@ fn a_preflight_refusal_stops_nothing_and_says_why_in_the_state() {
 fn bad_input_is_exit_2_before_anything_is_read() {
     let t = tempfile::tempdir().unwrap();
     let node = fixture_copy(t.path());
+    // the node's own directories exist: each case below fails for its own reason alone
+    for d in ["no-kubelet-dir", "no-manifests"] {
+        std::fs::create_dir_all(t.path().join(d)).unwrap();
+    }
     let base = args(t.path(), &node);
     let with = |extra: &[&str]| {
         let mut a = base.clone();
@@ -140,6 +144,11 @@ fn bad_input_is_exit_2_before_anything_is_read() {
     ] {
         let (code, _, stderr) = run(&a);
         assert_eq!(code, 2, "{what}: {stderr}");
+        let flag = a[a.len() - 2].as_str();
+        assert!(
+            stderr.contains(flag),
+            "{what}: the usage error names {flag}: {stderr}"
+        );
     }
     // a stop command without its start command
     let mut a = base.clone();
