@@ -391,3 +391,55 @@ fn a_state_path_that_is_a_directory_or_a_fifo_is_bad_input_and_never_hangs() {
     );
     lab.no_service_ran("bad state paths");
 }
+
+/// Issue 35, defect 6: the in-flight marker directory was checked at its last level only, so
+/// root's marker directory under a directory another user owns was accepted, and that user
+/// could move markers away (dropping "undo the interrupted run first"). Every parent is
+/// checked now, as for backups: the patch is refused (exit 3) before anything is written.
+#[test]
+fn a_marker_directory_under_another_users_directory_is_refused() {
+    require_root("chown");
+    let lab = Lab::new();
+    let theirs = lab.path("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let markers = theirs.join("inflight");
+    std::fs::create_dir(&markers).unwrap();
+    std::fs::set_permissions(&markers, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let db = lab
+        .node
+        .join("var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db");
+    let before = std::fs::read(&db).unwrap();
+    let o = Command::new(bin())
+        .env("KUBELET_REHASH_STATE_DIR", &markers)
+        .args(["patch", "--pods"])
+        .arg(lab.node.join("pods.json"))
+        .args(["--to", "1.31", "--root"])
+        .arg(lab.node.join("var/lib/containerd"))
+        .arg("--runtime-socket")
+        .arg(lab.path("none.sock"))
+        .arg("--backup-dir")
+        .arg(lab.path("backup-marker"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "a marker directory under nobody's: {stderr}"
+    );
+    assert!(
+        stderr.contains("owned by uid 65534") && stderr.contains("in-flight marker"),
+        "the refusal names the directory's owner: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&db).unwrap(),
+        before,
+        "the store is unchanged"
+    );
+    assert_eq!(
+        std::fs::read_dir(&markers).unwrap().count(),
+        0,
+        "no marker was written there"
+    );
+}
