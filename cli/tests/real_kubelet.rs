@@ -28,6 +28,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+// runs a command, panics naming it unless it succeeds, returns its stdout
+use testtools::containerd::run_ok as sh;
 
 fn lab_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/k8s-lab.sh")
@@ -36,20 +38,6 @@ fn lab_script() -> PathBuf {
 fn bin() -> &'static str {
     testtools::private_state_dir();
     env!("CARGO_BIN_EXE_kubelet-rehash")
-}
-
-fn sh(cmd: &mut Command, what: &str) -> String {
-    let o = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(
-        o.status.success(),
-        "{what}: {}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// One running lab (`k8s-lab.sh up`), brought down on drop.
@@ -138,6 +126,24 @@ impl Lab {
             "--field-selector",
             &format!("spec.nodeName={}", self.var("NODE")),
         ])
+    }
+
+    /// The pods file an operator makes: `kubectl get pods -A --field-selector
+    /// spec.nodeName=$NODE -o json`.
+    fn write_pods(&self, path: &Path) {
+        std::fs::write(
+            path,
+            self.kubectl(&[
+                "get",
+                "pods",
+                "-A",
+                "--field-selector",
+                &format!("spec.nodeName={}", self.var("NODE")),
+                "-o",
+                "json",
+            ]),
+        )
+        .unwrap();
     }
 
     fn cri(&self) -> storepatch::live::cri::CriClient {
@@ -686,6 +692,67 @@ struct Row {
     kubelet_down_s: (f64, f64),
 }
 
+/// One `kubelet-rehash upgrade` on the lab, judged by the real kubelet.
+struct WithTool {
+    before: BTreeMap<String, Seen>,
+    after: BTreeMap<String, Seen>,
+    restarted: BTreeSet<String>,
+    /// What the plan said restarts anyway.
+    predicted: BTreeSet<String>,
+    window: Window,
+    state: Value,
+}
+
+/// Plans, upgrades to `to` with the tool while sampling the control plane, waits for the new
+/// kubelet to settle, and checks: the real kubelet restarts exactly the containers the plan
+/// said restart anyway; every other container keeps its pod's UID and IP and its process;
+/// the control plane never judged the node.
+#[allow(clippy::too_many_arguments)]
+fn with_tool(
+    lab: &Lab,
+    pods: &Path,
+    to: &str,
+    to_full: &str,
+    kubelet: &Path,
+    state_dir: &Path,
+    pair: &str,
+    what: &str,
+) -> WithTool {
+    let before = observe(lab);
+    lab.write_pods(pods);
+    let (_, predicted) = planned(lab, pods, to);
+    let sampler = Sampler::start(lab);
+    let state = upgrade(lab, pods, to, kubelet, state_dir);
+    wait_settled(lab, to_full, &format!("{pair}: after the {what}"));
+    // the new kubelet has synced every pod: a restart it decides comes in these seconds
+    std::thread::sleep(Duration::from_secs(15));
+    wait_settled(lab, to_full, &format!("{pair}: after the {what}"));
+    let window = sampler.finish();
+    let after = observe(lab);
+    let restarted = restarted(&before, &after);
+    assert_eq!(
+        restarted, predicted,
+        "{pair}: {what} with kubelet-rehash: the real kubelet {to} restarts exactly the containers the plan said restart anyway"
+    );
+    for (k, b) in before.iter().filter(|(k, _)| !predicted.contains(*k)) {
+        let a = &after[k];
+        assert_eq!(
+            (a.pod_uid.as_str(), a.pod_ip.as_str(), a.pid),
+            (b.pod_uid.as_str(), b.pod_ip.as_str(), b.pid),
+            "{pair}: {what}: {k} keeps its pod's UID and IP and its process"
+        );
+    }
+    held(&window, &format!("{pair}: {what}"));
+    WithTool {
+        before,
+        after,
+        restarted,
+        predicted,
+        window,
+        state,
+    }
+}
+
 fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
     let minor: u32 = to.split('.').nth(1).unwrap().parse().unwrap();
     let t = tempfile::tempdir().unwrap();
@@ -764,100 +831,39 @@ fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
         "{pair}: a kubelet restarted as it is restarts no container"
     );
 
-    // ---- upgrade with the tool ----
-    let before = observe(&lab);
-    let pods = t.path().join("pods-up.json");
-    std::fs::write(
+    // ---- upgrade with the tool, then back out with it ----
+    let pods = t.path().join("pods.json");
+    let up = with_tool(
+        &lab,
         &pods,
-        lab.kubectl(&[
-            "get",
-            "pods",
-            "-A",
-            "--field-selector",
-            &format!("spec.nodeName={}", lab.var("NODE")),
-            "-o",
-            "json",
-        ]),
-    )
-    .unwrap();
-    let (without_up, after_up) = planned(&lab, &pods, to);
-    let sampler = Sampler::start(&lab);
-    let state_up = upgrade(&lab, &pods, to, &new_kubelet, &state_dir);
-    wait_settled(&lab, &to_v, &format!("{pair}: after the upgrade"));
-    std::thread::sleep(Duration::from_secs(15));
-    wait_settled(&lab, &to_v, &format!("{pair}: after the upgrade"));
-    let w_up = sampler.finish();
-    let after = observe(&lab);
-    let tool_restarted = restarted(&before, &after);
-    assert_eq!(
-        tool_restarted, after_up,
-        "{pair}: with kubelet-rehash, the real kubelet {to} restarts exactly the containers the plan said restart anyway"
+        to,
+        &to_v,
+        &new_kubelet,
+        &state_dir,
+        &pair,
+        "upgrade",
     );
-    for (k, b) in &before {
-        if after_up.contains(k) {
-            continue;
-        }
-        let a = &after[k];
-        assert_eq!(
-            (a.pod_uid.as_str(), a.pod_ip.as_str(), a.pid),
-            (b.pod_uid.as_str(), b.pod_ip.as_str(), b.pid),
-            "{pair}: {k} keeps its pod's UID and IP and its process"
-        );
-    }
-    held(&w_up, &format!("{pair}: upgrade"));
     // our rewritten hashes are what the real new kubelet computes (else it had restarted them)
     fidelity(
         &lab,
         to,
-        &|id| after.values().any(|s| s.id == id),
+        &|id| up.after.values().any(|s| s.id == id),
         &format!("{pair}: rewritten for {to}"),
     );
-
-    // ---- back out with the tool ----
-    let before_back = observe(&lab);
-    std::fs::write(
+    let back = with_tool(
+        &lab,
         &pods,
-        lab.kubectl(&[
-            "get",
-            "pods",
-            "-A",
-            "--field-selector",
-            &format!("spec.nodeName={}", lab.var("NODE")),
-            "-o",
-            "json",
-        ]),
-    )
-    .unwrap();
-    let (_, after_back) = planned(&lab, &pods, from);
-    let sampler = Sampler::start(&lab);
-    let state_back = upgrade(&lab, &pods, from, &old_kubelet, &state_dir);
-    wait_settled(&lab, &from_v, &format!("{pair}: after the back-out"));
-    std::thread::sleep(Duration::from_secs(15));
-    wait_settled(&lab, &from_v, &format!("{pair}: after the back-out"));
-    let w_back = sampler.finish();
-    let back = observe(&lab);
-    let back_restarted = restarted(&before_back, &back);
-    assert_eq!(
-        back_restarted, after_back,
-        "{pair}: backing out with kubelet-rehash, the real kubelet {from} restarts exactly what the plan said"
+        from,
+        &from_v,
+        &old_kubelet,
+        &state_dir,
+        &pair,
+        "back-out",
     );
-    held(&w_back, &format!("{pair}: back-out"));
 
     // ---- control: the new kubelet without the tool ----
     let before_ctl = observe(&lab);
-    std::fs::write(
-        &pods,
-        lab.kubectl(&[
-            "get",
-            "pods",
-            "-A",
-            "--field-selector",
-            &format!("spec.nodeName={}", lab.var("NODE")),
-            "-o",
-            "json",
-        ]),
-    )
-    .unwrap();
+    lab.write_pods(&pods);
     let (without_ctl, _) = planned(&lab, &pods, to);
     let sampler = Sampler::start(&lab);
     sh(
@@ -885,7 +891,7 @@ fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
     wait_settled(&lab, &to_v, &format!("{pair}: control"));
     let w_ctl = sampler.finish();
     // the measure: with the tool, never fewer ready endpoints than the control had
-    for (w, what) in [(&w_up, "upgrade"), (&w_back, "back-out")] {
+    for (w, what) in [(&up.window, "upgrade"), (&back.window, "back-out")] {
         assert!(
             w.fewest_endpoints >= w_ctl.fewest_endpoints,
             "{pair}: {what}: the Service kept at least the ready endpoints the control kept ({w:?} vs {w_ctl:?})"
@@ -903,34 +909,38 @@ fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
         &|id| created.contains(id),
         &format!("{pair}: kubelet {to}"),
     ));
-    let _ = without_up;
     Row {
         pair,
         runtime: "containerd 2.1.9",
-        containers: before.len(),
+        containers: up.before.len(),
         control_restarted: ctl_restarted.len(),
         control_expected: without_ctl.len(),
-        tool_restarted: tool_restarted.len(),
-        tool_predicted: after_up.len(),
-        back_restarted: back_restarted.len(),
-        not_ready_s: (w_up.not_ready_s, w_back.not_ready_s, w_ctl.not_ready_s),
-        not_ready_reasons: w_up
+        tool_restarted: up.restarted.len(),
+        tool_predicted: up.predicted.len(),
+        back_restarted: back.restarted.len(),
+        not_ready_s: (
+            up.window.not_ready_s,
+            back.window.not_ready_s,
+            w_ctl.not_ready_s,
+        ),
+        not_ready_reasons: up
+            .window
             .reasons
             .iter()
             .chain(&w_base.reasons)
-            .chain(&w_back.reasons)
+            .chain(&back.window.reasons)
             .chain(&w_ctl.reasons)
             .cloned()
             .collect(),
         fewest_endpoints: (
-            w_up.fewest_endpoints,
-            w_back.fewest_endpoints,
+            up.window.fewest_endpoints,
+            back.window.fewest_endpoints,
             w_ctl.fewest_endpoints,
         ),
         baseline: (w_base.not_ready_s, w_base.fewest_endpoints),
         kubelet_down_s: (
-            state_up["kubelet_down_ms"].as_f64().unwrap_or(f64::NAN) / 1e3,
-            state_back["kubelet_down_ms"].as_f64().unwrap_or(f64::NAN) / 1e3,
+            up.state["kubelet_down_ms"].as_f64().unwrap_or(f64::NAN) / 1e3,
+            back.state["kubelet_down_ms"].as_f64().unwrap_or(f64::NAN) / 1e3,
         ),
     }
 }
