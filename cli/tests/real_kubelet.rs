@@ -581,11 +581,10 @@ fn fidelity(lab: &Lab, version: &str, which: &dyn Fn(&str) -> bool, what: &str) 
     pairs
 }
 
-fn upgrade(lab: &Lab, pods: &Path, to: &str, kubelet: &Path, state_dir: &Path) -> Value {
-    let state = state_dir.join("state.json");
-    let _ = std::fs::remove_file(&state);
-    let o = Command::new(bin())
-        .args(["upgrade", "--pods"])
+/// `kubelet-rehash <verb>` on the lab's node and store, for `to`.
+fn rehash(lab: &Lab, verb: &str, pods: &Path, to: &str) -> Command {
+    let mut c = Command::new(bin());
+    c.args([verb, "--pods"])
         .arg(pods)
         .args(["--to", to, "--root", lab.var("RUNTIME_ROOT")])
         .args([
@@ -593,7 +592,14 @@ fn upgrade(lab: &Lab, pods: &Path, to: &str, kubelet: &Path, state_dir: &Path) -
             lab.var("RUNTIME_ENDPOINT").trim_start_matches("unix://"),
         ])
         .args(["--kubelet-dir", lab.var("KUBELET_DIR")])
-        .args(["--manifests", lab.var("MANIFESTS")])
+        .args(["--manifests", lab.var("MANIFESTS")]);
+    c
+}
+
+fn upgrade(lab: &Lab, pods: &Path, to: &str, kubelet: &Path, state_dir: &Path) -> Value {
+    let state = state_dir.join("state.json");
+    let _ = std::fs::remove_file(&state);
+    let o = rehash(lab, "upgrade", pods, to)
         .arg("--kubelet-binary")
         .arg(kubelet)
         .args(["--kubelet-path", lab.var("KUBELET_PATH")])
@@ -623,16 +629,7 @@ fn upgrade(lab: &Lab, pods: &Path, to: &str, kubelet: &Path, state_dir: &Path) -
 /// The plan of the running node for `to`: (restart without rewrite, restart after rewrite),
 /// as `ns/pod/container` names.
 fn planned(lab: &Lab, pods: &Path, to: &str) -> (BTreeSet<String>, BTreeSet<String>) {
-    let o = Command::new(bin())
-        .args(["plan", "--pods"])
-        .arg(pods)
-        .args(["--to", to, "--root", lab.var("RUNTIME_ROOT")])
-        .args([
-            "--runtime-socket",
-            lab.var("RUNTIME_ENDPOINT").trim_start_matches("unix://"),
-        ])
-        .args(["--kubelet-dir", lab.var("KUBELET_DIR")])
-        .args(["--manifests", lab.var("MANIFESTS")])
+    let o = rehash(lab, "plan", pods, to)
         .args(["-o", "json"])
         .output()
         .unwrap();

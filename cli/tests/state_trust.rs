@@ -119,6 +119,26 @@ impl Lab {
         serde_json::to_vec_pretty(&v).unwrap()
     }
 
+    /// A shared directory (1777) holding nobody's file `evil` and nobody's state file naming
+    /// `evil` as the kubelet backup of `victim`: (the directory, evil, the state file).
+    fn nobodys_state(&self, victim: &Victim) -> (PathBuf, PathBuf, PathBuf) {
+        let shared = self.path("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let evil = shared.join("evil");
+        as_nobody(&format!("echo 'nobody ALL=(ALL) ALL' > {}", evil.display()));
+        let staged = self.path("forged.json");
+        std::fs::write(
+            &staged,
+            self.forged(&shared.join("bk"), &victim.path, &evil),
+        )
+        .unwrap();
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let state = shared.join("state.json");
+        as_nobody(&format!("cat {} > {}", staged.display(), state.display()));
+        (shared, evil, state)
+    }
+
     fn no_service_ran(&self, case: &str) {
         for e in std::fs::read_dir(self.t.path()).unwrap().flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -209,17 +229,8 @@ fn a_state_file_another_user_wrote_is_refused_and_writes_nothing() {
     let lab = Lab::new();
     let victim = Victim::new(lab.path("sudoers"));
     // the audit's reproduction: a shared directory (1777), nobody's state and nobody's "backup"
-    let shared = lab.path("shared");
-    std::fs::create_dir(&shared).unwrap();
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let evil = shared.join("evil");
-    as_nobody(&format!("echo 'nobody ALL=(ALL) ALL' > {}", evil.display()));
-    let forged = lab.forged(&shared.join("bk"), &victim.path, &evil);
-    let state = shared.join("state.json");
-    let staged = lab.path("forged.json");
-    std::fs::write(&staged, &forged).unwrap();
-    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o644)).unwrap();
-    as_nobody(&format!("cat {} > {}", staged.display(), state.display()));
+    let (shared, evil, state) = lab.nobodys_state(&victim);
+    let forged = std::fs::read(&state).unwrap();
     let out = lab.rollback_state(&state);
     refused(
         &lab,
@@ -312,16 +323,7 @@ fn upgrade_believes_a_state_file_no_more_than_rollback_does() {
     require_root("runuser");
     let lab = Lab::new();
     let victim = Victim::new(lab.path("sudoers"));
-    let shared = lab.path("shared");
-    std::fs::create_dir(&shared).unwrap();
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let evil = shared.join("evil");
-    as_nobody(&format!("echo evil > {}", evil.display()));
-    let staged = lab.path("forged.json");
-    std::fs::write(&staged, lab.forged(&shared.join("bk"), &victim.path, &evil)).unwrap();
-    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let state = shared.join("state.json");
-    as_nobody(&format!("cat {} > {}", staged.display(), state.display()));
+    let (shared, _, state) = lab.nobodys_state(&victim);
     let touch = |w: &str| format!("touch {}/ran-{w}", lab.t.path().display());
     let out = run(&[
         "upgrade",
