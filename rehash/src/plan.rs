@@ -707,7 +707,15 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
 
     let mut records = Vec::with_capacity(input.scan.records.len());
     for r in &input.scan.records {
-        records.push(plan_record(input, r, hashes_for(r), &at, &matches, from_v));
+        records.push(plan_record(
+            input,
+            r,
+            hashes_for(r),
+            &at,
+            &matches,
+            from_v,
+            &from_candidates,
+        ));
     }
     let summary = summarize(&records, input.to);
     let mut hazards: Vec<Hazard> = input.scan.warnings.iter().map(Hazard::from).collect();
@@ -844,6 +852,7 @@ fn plan_record(
     at: HashesAt<'_>,
     matches: &dyn Fn(&StoreRecord, &ContainerHashes) -> bool,
     from: KubeletVersion,
+    from_candidates: &[KubeletVersion],
 ) -> PlanRecord {
     let mut p = decide(input, r, hashes, at, matches, from);
     let Some(uid) = r.pod_uid.as_deref() else {
@@ -865,10 +874,18 @@ fn plan_record(
     let running = p.state.map_or(r.pid.is_some_and(|x| x > 0), |s| {
         s == ContainerState::Running
     });
+    // The derived UID changes with the kubelet's minor version. The hashes prove the running
+    // kubelet only up to the versions that hash alike (1.31-1.36 all hash {name, image}), so
+    // unless every candidate is the target's minor, the restart is possible and is planned: a
+    // real 1.31 kubelet backing out of 1.32 restarted such a pod that the oldest candidate
+    // (1.31 = the target) had called kept (cli/tests/real_kubelet.rs).
+    let other_minor = from_candidates
+        .iter()
+        .any(|c| c.minor() != input.to.minor());
     if p.kind == RecordClass::Container
         && running
         && origin.changes_across_versions()
-        && from.minor() != input.to.minor()
+        && other_minor
     {
         p.would_restart_without_rewrite = true;
         p.would_restart_after_rewrite = true;
@@ -878,8 +895,21 @@ fn plan_record(
             }
             _ => "no manifest found and the UID has the derived (md5) form".to_string(),
         };
+        let unsure = if from_candidates.len() > 1
+            && from_candidates
+                .iter()
+                .any(|c| c.minor() == input.to.minor())
+        {
+            format!(
+                " (unless the running kubelet is already {}: the hashes cannot tell it among {}; --from names it)",
+                input.to,
+                crate::plan::ranges(&from_candidates.iter().copied().collect())
+            )
+        } else {
+            String::new()
+        };
         p.reason = format!(
-            "{}; but static pod with a kubelet-derived UID ({how}): kubelet {} derives another UID from its own Pod type, treats the pod as new and restarts it (pin metadata.uid in the manifest to keep it)",
+            "{}; but static pod with a kubelet-derived UID ({how}): kubelet {} derives another UID from its own Pod type, treats the pod as new and restarts it{unsure} (pin metadata.uid in the manifest to keep it)",
             p.reason, input.to
         );
     }
