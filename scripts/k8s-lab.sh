@@ -150,11 +150,14 @@ cmd_build() {
 
 # ---- the lab ------------------------------------------------------------------------------------
 
-free_port() {
+taken_ports=" "
+free_port() { # VAR: a port nothing uses and this run has not handed out yet (no subshell:
+    # the ports handed out are remembered here)
     local p
     while :; do
         p=$((20000 + RANDOM % 20000))
-        ss -Hltn "sport = :$p" | grep -q . || { echo "$p"; return; }
+        case "$taken_ports" in *" $p "*) continue ;; esac
+        ss -Htan "sport = :$p" | grep -q . || { taken_ports="$taken_ports$p "; printf -v "$1" '%s' "$p"; return; }
     done
 }
 
@@ -194,6 +197,10 @@ wait_for() { # what, seconds, command...
     for ((i = 0; i < secs * 5; i++)); do
         if "$@" >/dev/null 2>&1; then return 0; fi
         sleep 0.2
+    done
+    local l
+    for l in "$dir"/logs/*.log; do
+        [ -s "$l" ] && { echo "--- ${l##*/} (last lines)"; tail -5 "$l"; } >&2
     done
     die "$what did not come up within $secs s (logs in $dir/logs)"
 }
@@ -468,9 +475,9 @@ cmd_up() {
     local pod_subnet="10.236.$slot.0/24"
     local bridge="labbr$slot"
     cgroup_root="k8s-lab-$slot"
-    api_port="$(free_port)"; local etcd_port etcd_peer cm_port sched_port
-    etcd_port="$(free_port)"; etcd_peer="$(free_port)"; cm_port="$(free_port)"; sched_port="$(free_port)"
-    kubelet_port="$(free_port)"; healthz_port="$(free_port)"
+    local etcd_port etcd_peer cm_port sched_port
+    free_port api_port; free_port etcd_port; free_port etcd_peer; free_port cm_port
+    free_port sched_port; free_port kubelet_port; free_port healthz_port
     runtime_root="$dir/containerd/root"
     runtime_sock="$dir/containerd/containerd.sock"
     pause_image="k8s-lab.local/pause:1.0"

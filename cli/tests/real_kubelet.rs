@@ -1019,9 +1019,16 @@ fn the_real_kubelet_adopts_every_container_kubelet_rehash_rewrote() {
             started.elapsed().as_secs_f64()
         );
         rows.push(row);
+        report(&rows, &golden);
     }
+}
+
+/// Writes the results so far (target/real-kubelet/results.md) and, with
+/// `REAL_KUBELET_GOLDEN`, the golden lines so far: a later pair that fails keeps what the
+/// earlier ones showed.
+fn report(rows: &[Row], golden: &[Value]) {
     let mut md = String::from("| pair | runtime | running containers | restarted without the tool (plan: expected) | restarted with it (plan: restart anyway) | restarted backing out | node Unknown / tainted | Ready not True s, up / back / control / kubelet restart alone | fewest ready endpoints of 3, up / back / control / kubelet restart alone | kubelet down s, up / back |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    for r in &rows {
+    for r in rows {
         md.push_str(&format!(
             "| {} | {} | {} | {} ({}) | {} ({}) | {} | never | {:.1} / {:.1} / {:.1} / {:.1} | {} / {} / {} / {} | {:.1} / {:.1} |\n",
             r.pair,
@@ -1059,7 +1066,7 @@ fn the_real_kubelet_adopts_every_container_kubelet_rehash_rewrote() {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut by_version: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
-        for p in golden {
+        for p in golden.iter().cloned() {
             let v = p["version"].as_str().unwrap().to_string();
             let key = format!(
                 "{}:{}",
