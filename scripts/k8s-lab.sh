@@ -162,12 +162,17 @@ free_port() { # VAR: a port nothing uses and this run has not handed out yet (no
 }
 
 # starts "$@" in its own session, output to logs/<name>.log, pid to pids/<name>
+# The started process writes its own pid (exec keeps it): `$!` would be setsid's when setsid
+# has to fork (a caller with job control makes the child a group leader), and the pid file
+# would name a process long gone while the daemon leaks.
 spawn() {
     local name="$1"; shift
     printf '%q ' "$@" > "$dir/cmd/$name"
-    setsid "$@" </dev/null >>"$dir/logs/$name.log" 2>&1 &
-    echo $! > "$dir/pids/$name"
+    setsid bash -c 'echo $$ > "$0"; exec "$@"' "$dir/pids/$name" "$@" </dev/null >>"$dir/logs/$name.log" 2>&1 &
+    wait_pidfile "$name"
 }
+
+wait_pidfile() { local i; for ((i = 0; i < 50; i++)); do [ -s "$dir/pids/$1" ] && return; sleep 0.1; done; }
 
 respawn() { # re-runs the recorded command line of <name>
     local name="$1"
@@ -428,14 +433,17 @@ kubelet_cmd() {
 }
 
 start_kubelet() {
-    echo "exec $(kubelet_cmd)" > "$dir/cmd/kubelet.sh"
+    rm -f "$dir/pids/kubelet"
+    echo "echo \$\$ > $dir/pids/kubelet; exec $(kubelet_cmd)" > "$dir/cmd/kubelet.sh"
     setsid bash "$dir/cmd/kubelet.sh" </dev/null >>"$dir/logs/kubelet.log" 2>&1 &
-    echo $! > "$dir/pids/kubelet"
+    wait_pidfile kubelet
 }
 
 start_runtime() {
-    PATH="$ctr_bin:/usr/sbin:/usr/bin:/sbin:/bin" setsid "$ctr_bin/containerd" --config "$dir/containerd/config.toml" </dev/null >>"$dir/logs/containerd.log" 2>&1 &
-    echo $! > "$dir/pids/runtime"
+    rm -f "$dir/pids/runtime"
+    PATH="$ctr_bin:/usr/sbin:/usr/bin:/sbin:/bin" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$dir/pids/runtime" \
+        "$ctr_bin/containerd" --config "$dir/containerd/config.toml" </dev/null >>"$dir/logs/containerd.log" 2>&1 &
+    wait_pidfile runtime
 }
 
 runtime_answers() { "$ctr_bin/ctr" --address "$runtime_sock" version; }
@@ -506,6 +514,9 @@ busybox_image=$busybox_image
 ctr_bin=$ctr_bin
 cni_dir=$cni_dir
 EOF
+    # an `up` that fails stops what it started (a caller that gets no environment back
+    # cannot bring the lab down)
+    trap 'echo "k8s-lab: up failed: stopping what it started" >&2; (cmd_down --dir "$dir") || true' EXIT
     ip link add "$bridge" type bridge
     ip addr add "$node_ip/24" dev "$bridge"
     ip link set "$bridge" up
@@ -567,6 +578,7 @@ EOF
     wait_for "node $node_name Ready" 180 node_ready
     # pods are admitted once the controller-manager made the namespace's service account
     wait_for "the default service account" 60 "$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get serviceaccount default
+    trap - EXIT
     print_env
 }
 

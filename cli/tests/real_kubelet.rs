@@ -159,6 +159,24 @@ impl Drop for Lab {
                 .args(["down", "--dir"])
                 .arg(&self.dir)
                 .status();
+            // and whatever of the lab still runs (a down cut short must not leave a control
+            // plane holding inotify instances and ports for the tests after this one)
+            let _ = Command::new("pkill")
+                .args(["-KILL", "-f"])
+                .arg(format!("{}/", self.dir.display()))
+                .status();
+            // the pods' processes, in the lab's own cgroup root (none are left behind)
+            let env = ["env", "env.down"]
+                .iter()
+                .find_map(|f| std::fs::read_to_string(self.dir.join(f)).ok())
+                .unwrap_or_default();
+            if let Some(root) = env.lines().find_map(|l| l.strip_prefix("cgroup_root=")) {
+                let _ = Command::new("sh")
+                    .arg("-c")
+                    .arg("for c in /sys/fs/cgroup/*/\"$0\"; do [ -d \"$c\" ] && find \"$c\" -name cgroup.procs -exec cat {} +; done | xargs -r kill -KILL")
+                    .arg(root)
+                    .status();
+            }
         }
     }
 }
