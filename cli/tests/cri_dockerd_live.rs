@@ -735,8 +735,10 @@ fn upgrade_switches_a_dockershim_node_to_cri_dockerd_in_one_window() {
             p(&flags),
             s("--state"),
             p(&state),
+            // beside the state file: a run that finishes a killed one believes only a
+            // backup there (or under the default backup root)
             s("--backup-dir"),
-            p(&t.join("backup-upgrade")),
+            p(&t.join("state/backup-upgrade")),
             s("--budget"),
             s(budget),
             s("--stop-kubelet"),
