@@ -442,7 +442,8 @@ impl UpgradeState {
     /// format is a usage error (it is never overwritten as a guess). The file is a trust
     /// boundary, like a backup: `rollback --state` runs as root and writes where it says, so
     /// a state file is believed only when no one but root or the invoking user could have
-    /// written or swapped it, and only with the paths a run records ([`Self::confined`]).
+    /// written or swapped it, and only with the paths a run records (its backup directory
+    /// beside it or under the default backup root, every copy it names inside that).
     pub fn read(path: &Path) -> Result<Option<UpgradeState>, Error> {
         let shown = path.display();
         let meta = match std::fs::symlink_metadata(path) {
