@@ -475,7 +475,14 @@ cmd_up() {
     [ ! -f "$dir/env" ] || die "$dir already holds a lab: down it first"
     mkdir -p "$dir"/{pids,logs,cmd,bin,manifests,etcd,containerd,kubelet/root,kubelet/pki,cni/net.d,images}
     chmod 755 "$dir"
-    local slot=$(( ($$ + RANDOM) % 200 + 20 ))
+    # a slot (bridge, subnet, cgroup root) no other lab on this machine holds
+    local slot tries=0
+    while :; do
+        slot=$(( ($$ + RANDOM) % 200 + 20 ))
+        ip link show "labbr$slot" >/dev/null 2>&1 || [ -d "/sys/fs/cgroup/cpu/k8s-lab-$slot" ] || break
+        tries=$((tries + 1))
+        [ "$tries" -lt 400 ] || die "no free lab slot: 200 bridges labbr20-labbr219 exist (down the labs left behind)"
+    done
     # the node's address is the pods' gateway on the lab's bridge: the bridge plugin accepts
     # a bridge that already holds its gateway address, and nothing the lab sends leaves the
     # machine (no dummy interface driver on these VMs)
