@@ -170,6 +170,12 @@ impl Drop for Lab {
                 .iter()
                 .find_map(|f| std::fs::read_to_string(self.dir.join(f)).ok())
                 .unwrap_or_default();
+            if let Some(bridge) = env.lines().find_map(|l| l.strip_prefix("bridge=")) {
+                let _ = Command::new("ip")
+                    .args(["link", "del", bridge])
+                    .stderr(std::process::Stdio::null())
+                    .status();
+            }
             if let Some(root) = env.lines().find_map(|l| l.strip_prefix("cgroup_root=")) {
                 let _ = Command::new("sh")
                     .arg("-c")
