@@ -713,6 +713,15 @@ struct Row {
     kubelet_down_s: (f64, f64),
 }
 
+/// The kubelet binary of `version`, built (or found in the cache) by `k8s-lab.sh build`.
+fn built_kubelet(version: &str) -> PathBuf {
+    let out = sh(
+        Command::new(lab_script()).args(["build", "--kubelet-only", version]),
+        "k8s-lab.sh build",
+    );
+    PathBuf::from(out.lines().last().unwrap()).join("kubelet")
+}
+
 /// One `kubelet-rehash upgrade` on the lab, judged by the real kubelet.
 struct WithTool {
     before: BTreeMap<String, Seen>,
@@ -780,26 +789,8 @@ fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
     let dir = t.path().join("lab");
     let state_dir = t.path().join("state");
     std::fs::create_dir(&state_dir).unwrap();
-    let new_kubelet = PathBuf::from(
-        sh(
-            Command::new(lab_script()).args(["build", "--kubelet-only", to]),
-            "k8s-lab.sh build",
-        )
-        .lines()
-        .last()
-        .unwrap(),
-    )
-    .join("kubelet");
-    let old_kubelet = PathBuf::from(
-        sh(
-            Command::new(lab_script()).args(["build", "--kubelet-only", from]),
-            "k8s-lab.sh build",
-        )
-        .lines()
-        .last()
-        .unwrap(),
-    )
-    .join("kubelet");
+    let new_kubelet = built_kubelet(to);
+    let old_kubelet = built_kubelet(from);
     let lab = Lab::up(from, to, &dir);
     let from_v = lab.var("KUBELET_VERSION").to_string();
     let to_v = lab.var("CONTROL_PLANE_VERSION").to_string();
