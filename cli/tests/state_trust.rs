@@ -37,6 +37,22 @@ fn run(args: &[&str]) -> Out {
     }
 }
 
+/// [`run`] with every service command of `upgrade`/`rollback --state` touching a `ran-<what>`
+/// marker in `dir`, so a test sees whether any ran.
+fn run_serviced(dir: &Path, args: &[&str]) -> Out {
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    for what in [
+        "stop-kubelet",
+        "start-kubelet",
+        "stop-runtime",
+        "start-runtime",
+    ] {
+        all.push(format!("--{what}"));
+        all.push(format!("touch {}/ran-{what}", dir.display()));
+    }
+    run(&all.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 fn s(p: &Path) -> String {
     p.display().to_string()
 }
@@ -65,37 +81,31 @@ impl Lab {
         std::fs::create_dir(&home).unwrap();
         std::fs::create_dir(t.path().join("none")).unwrap();
         let state = home.join("state.json");
-        let touch = |w: &str| format!("touch {}/ran-{w}", t.path().display());
-        let o = run(&[
-            "upgrade",
-            "--pods",
-            &s(&node.join("pods.json")),
-            "--to",
-            "1.31",
-            "--root",
-            &s(&node.join("var/lib/containerd")),
-            "--runtime-socket",
-            &s(&t.path().join("none.sock")),
-            "--kubelet-dir",
-            &s(&t.path().join("none")),
-            "--manifests",
-            &s(&t.path().join("none")),
-            "--kubelet-path",
-            &s(&t.path().join("kubelet")),
-            "--state",
-            &s(&state),
-            "--backup-dir",
-            &s(&home.join("backup")),
-            "--stop-kubelet",
-            &touch("stop-kubelet"),
-            "--start-kubelet",
-            &touch("start-kubelet"),
-            "--stop-runtime",
-            &touch("stop-runtime"),
-            "--start-runtime",
-            &touch("start-runtime"),
-            "--accept-restarts",
-        ]);
+        let o = run_serviced(
+            t.path(),
+            &[
+                "upgrade",
+                "--pods",
+                &s(&node.join("pods.json")),
+                "--to",
+                "1.31",
+                "--root",
+                &s(&node.join("var/lib/containerd")),
+                "--runtime-socket",
+                &s(&t.path().join("none.sock")),
+                "--kubelet-dir",
+                &s(&t.path().join("none")),
+                "--manifests",
+                &s(&t.path().join("none")),
+                "--kubelet-path",
+                &s(&t.path().join("kubelet")),
+                "--state",
+                &s(&state),
+                "--backup-dir",
+                &s(&home.join("backup")),
+                "--accept-restarts",
+            ],
+        );
         // the copied node's containers do not run here: a refused preflight
         assert_eq!(o.code, 3, "the template run: {}", o.stderr);
         let template = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
@@ -150,26 +160,20 @@ impl Lab {
     }
 
     fn rollback_state(&self, state: &Path) -> Out {
-        let touch = |w: &str| format!("touch {}/ran-{w}", self.t.path().display());
-        run(&[
-            "rollback",
-            "--state",
-            &s(state),
-            "--root",
-            &s(&self.node.join("var/lib/containerd")),
-            "--runtime-socket",
-            &s(&self.path("none.sock")),
-            "--stop-kubelet",
-            &touch("stop-kubelet"),
-            "--start-kubelet",
-            &touch("start-kubelet"),
-            "--stop-runtime",
-            &touch("stop-runtime"),
-            "--start-runtime",
-            &touch("start-runtime"),
-            "--kubelet-healthz",
-            "http://127.0.0.1:1/healthz",
-        ])
+        run_serviced(
+            self.t.path(),
+            &[
+                "rollback",
+                "--state",
+                &s(state),
+                "--root",
+                &s(&self.node.join("var/lib/containerd")),
+                "--runtime-socket",
+                &s(&self.path("none.sock")),
+                "--kubelet-healthz",
+                "http://127.0.0.1:1/healthz",
+            ],
+        )
     }
 }
 
@@ -324,33 +328,27 @@ fn upgrade_believes_a_state_file_no_more_than_rollback_does() {
     let lab = Lab::new();
     let victim = Victim::new(lab.path("sudoers"));
     let (shared, _, state) = lab.nobodys_state(&victim);
-    let touch = |w: &str| format!("touch {}/ran-{w}", lab.t.path().display());
-    let out = run(&[
-        "upgrade",
-        "--pods",
-        &s(&lab.node.join("pods.json")),
-        "--to",
-        "1.31",
-        "--root",
-        &s(&lab.node.join("var/lib/containerd")),
-        "--runtime-socket",
-        &s(&lab.path("none.sock")),
-        "--kubelet-path",
-        &s(&victim.path),
-        "--state",
-        &s(&state),
-        "--backup-dir",
-        &s(&shared.join("bk")),
-        "--stop-kubelet",
-        &touch("stop-kubelet"),
-        "--start-kubelet",
-        &touch("start-kubelet"),
-        "--stop-runtime",
-        &touch("stop-runtime"),
-        "--start-runtime",
-        &touch("start-runtime"),
-        "--accept-restarts",
-    ]);
+    let out = run_serviced(
+        lab.t.path(),
+        &[
+            "upgrade",
+            "--pods",
+            &s(&lab.node.join("pods.json")),
+            "--to",
+            "1.31",
+            "--root",
+            &s(&lab.node.join("var/lib/containerd")),
+            "--runtime-socket",
+            &s(&lab.path("none.sock")),
+            "--kubelet-path",
+            &s(&victim.path),
+            "--state",
+            &s(&state),
+            "--backup-dir",
+            &s(&shared.join("bk")),
+            "--accept-restarts",
+        ],
+    );
     refused(
         &lab,
         &victim,
