@@ -755,17 +755,35 @@ fn cmd_rollback(
             ),
         }
         .map_err(Failure::output)?;
+        write_rollback_files(&v.set_aside, out)?;
         return Ok(exit::OK);
     }
     let report = rehash::rollback(backup_dir, &location, accept_unrecorded)?;
-    for (path, action) in &report.files {
-        let a = match action {
-            storepatch::backup::RollbackAction::Restored => "restored",
-            storepatch::backup::RollbackAction::AlreadyOriginal => "already original",
-        };
-        writeln!(out, "{a}: {}", path.display()).map_err(Failure::output)?;
-    }
+    write_rollback_files(&report, out)?;
     Ok(exit::OK)
+}
+
+/// One line per file of a rollback report; a set-aside checkpoint that came back over one a
+/// newer kubelet wrote says where that one is kept.
+fn write_rollback_files(
+    report: &storepatch::backup::RollbackReport,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    use storepatch::backup::RollbackAction;
+    for (path, action) in &report.files {
+        match action {
+            RollbackAction::Restored => writeln!(out, "restored: {}", path.display()),
+            RollbackAction::AlreadyOriginal => writeln!(out, "already original: {}", path.display()),
+            RollbackAction::RestoredOverNewer { kept } => writeln!(
+                out,
+                "restored: {} (a newer kubelet had written its own since the patch set ours aside: kept at {})",
+                path.display(),
+                kept.display()
+            ),
+        }
+        .map_err(Failure::output)?;
+    }
+    Ok(())
 }
 
 fn cmd_versions(output: Output, out: &mut dyn Write) -> std::io::Result<()> {

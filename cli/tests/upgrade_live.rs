@@ -501,6 +501,11 @@ struct Extra {
     accept_restarts: bool,
     /// Environment of the run (the crash points of the test-built binary).
     env: Vec<(String, String)>,
+    /// The start-kubelet command, when not the stand-in's own.
+    start_kubelet: Option<String>,
+    /// The kubelet's root directory (checkpoints), when not an empty one.
+    kubelet_dir: Option<PathBuf>,
+    set_aside_checkpoints: bool,
 }
 
 impl Node<'_> {
@@ -532,7 +537,9 @@ impl Node<'_> {
             "--stop-kubelet".into(),
             self.kubelet.stop_cmd(),
             "--start-kubelet".into(),
-            self.kubelet.start_cmd(),
+            x.start_kubelet
+                .clone()
+                .unwrap_or_else(|| self.kubelet.start_cmd()),
             "--stop-runtime".into(),
             x.stop_runtime.clone().unwrap_or_else(|| self.rt.stop_cmd()),
             "--start-runtime".into(),
@@ -573,7 +580,11 @@ impl Node<'_> {
                 .to_string(),
             // the kubelet dir and manifests of this machine are not the test node's
             "--kubelet-dir".into(),
-            self.rt.tmp().join("no-kubelet-dir").display().to_string(),
+            x.kubelet_dir
+                .clone()
+                .unwrap_or_else(|| self.rt.tmp().join("no-kubelet-dir"))
+                .display()
+                .to_string(),
             "--manifests".into(),
             self.rt.tmp().join("no-manifests").display().to_string(),
         ];
@@ -586,6 +597,9 @@ impl Node<'_> {
         }
         if x.accept_restarts {
             a.push("--accept-restarts".into());
+        }
+        if x.set_aside_checkpoints {
+            a.push("--set-aside-checkpoints".into());
         }
         let o = run_with(&a, &x.env);
         eprintln!(
@@ -1038,6 +1052,87 @@ fn upgrade_containerd_1_7_24_every_failure_path() {
         "after the killing stop",
     );
     alive(&rt, &pids, "after the killing stop");
+}
+
+/// Issue 35, defect 2: the patch set aside a 1.30 `dra_manager_state` that kubelet 1.31
+/// rejects; the new kubelet starts and writes its own; then the run is stopped (SIGTERM) and
+/// goes back. The undo must not be a dead end: the new kubelet's file is kept in the backup,
+/// ours comes back byte for byte, and the state file says so.
+#[test]
+fn upgrade_containerd_2_1_9_undo_keeps_the_checkpoint_the_new_kubelet_wrote() {
+    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    root_or_fail(ctd::SETUP);
+    let (from, to) = ("1.30", "1.31");
+    let line = ctd::Line {
+        version: "2.1.9",
+        config_v3: true,
+    };
+    let (mut pods, mut ctrs) = node("u-dra", &SPECS, from, to, true);
+    let rt = Containerd::new(line, &mut pods, &mut ctrs);
+    let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
+    let mut n = Node::new(&rt, &pods, &ctrs, from);
+    let old = n.kubelet.old.clone();
+    let old_v = n.kubelet.old_version.clone();
+    let new = n.kubelet.binary("kubelet-new", "1.31.0");
+    let checkpoints = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/checkpoints");
+    let ours = fs::read(checkpoints.join("dra-1.30-claim/dra_manager_state")).unwrap();
+    let theirs = fs::read(checkpoints.join("dra-1.31-claim/dra_manager_state")).unwrap();
+    let kd = rt.tmp().join("kubelet-dir");
+    fs::create_dir_all(&kd).unwrap();
+    let dra = kd.join("dra_manager_state");
+    fs::write(&dra, &ours).unwrap();
+    let theirs_file = rt.tmp().join("dra-1.31");
+    fs::write(&theirs_file, &theirs).unwrap();
+
+    let o = n.upgrade(
+        "the new kubelet writes its checkpoint, then SIGTERM",
+        &Extra {
+            to: to.into(),
+            kubelet_binary: Some(new),
+            accept_restarts: true,
+            kubelet_dir: Some(kd.clone()),
+            set_aside_checkpoints: true,
+            // once: the undo starts the old kubelet with the same command
+            start_kubelet: Some(format!(
+                "{start}; if mv {theirs} {theirs}.used 2>/dev/null; then cp {theirs}.used {dra}; kill -TERM $PPID; fi",
+                start = n.kubelet.start_cmd(),
+                theirs = theirs_file.display(),
+                dra = dra.display()
+            )),
+            ..Extra::default()
+        },
+    );
+    eprintln!(
+        "kubelet stand-in log:\n{}",
+        fs::read_to_string(&n.kubelet.log).unwrap_or_default()
+    );
+    expect_code("SIGTERM after the new kubelet wrote its checkpoint", &o, 3);
+    n.check("after going back", &stored_values, &old_v, &old);
+    let st = n.check_state("after going back", "rolled-back");
+    assert!(
+        st["rollback_errors"]
+            .as_array()
+            .is_none_or(|e| e.is_empty()),
+        "going back had no error: {st:#}"
+    );
+    assert!(
+        fs::read(&dra).unwrap() == ours,
+        "the checkpoint the patch set aside is back, byte for byte"
+    );
+    let backup = PathBuf::from(st["backup_dir"].as_str().unwrap());
+    let kept: Vec<PathBuf> = fs::read_dir(backup.join("store/written-since"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(kept.len(), 1, "one file kept: {kept:?}");
+    assert!(
+        fs::read(&kept[0]).unwrap() == theirs,
+        "the new kubelet's checkpoint is kept in the backup, byte for byte"
+    );
+    let notes = st["notes"].to_string();
+    assert!(
+        notes.contains("dra_manager_state") && notes.contains(&kept[0].display().to_string()),
+        "the state file says what was kept where: {notes}"
+    );
 }
 
 #[test]

@@ -129,8 +129,9 @@ fn set_aside_paths() -> Vec<&'static str> {
 }
 
 /// The kubelet checkpoints the patch set aside come back with a value rollback too (a byte
-/// rollback restores them with every other file).
-fn put_back_set_aside(backup_dir: &Path) -> Result<(), Error> {
+/// rollback restores them with every other file); one the newer kubelet wrote in their place
+/// is kept in the backup first ([`storepatch::backup::RollbackAction::RestoredOverNewer`]).
+fn put_back_set_aside(backup_dir: &Path) -> Result<RollbackReport, Error> {
     storepatch::backup::restore_set_aside(backup_dir, &set_aside_paths()).map_err(|e| match e {
         e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
             source: e,
@@ -138,8 +139,22 @@ fn put_back_set_aside(backup_dir: &Path) -> Result<(), Error> {
             unrecorded_accepted: false,
         },
         e => e.into(),
-    })?;
-    Ok(())
+    })
+}
+
+/// The set-aside files a rollback found rewritten by a newer kubelet, each with where its
+/// bytes were kept: (file, kept copy).
+pub fn kept_newer(report: &RollbackReport) -> Vec<(PathBuf, PathBuf)> {
+    report
+        .files
+        .iter()
+        .filter_map(|(path, action)| match action {
+            storepatch::backup::RollbackAction::RestoredOverNewer { kept } => {
+                Some((path.clone(), kept.clone()))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// What [`rollback_values`] did.
@@ -151,6 +166,8 @@ pub struct ValueRollback {
     pub already: usize,
     /// The backup of this undo (`<backup>/undo-<unix time>`), when something was written.
     pub undo_backup: Option<PathBuf>,
+    /// The kubelet checkpoints the patch had set aside, and what their restore did.
+    pub set_aside: RollbackReport,
 }
 
 /// Value-level undo: for every container the patch rewrote (from `report.json` in the backup
@@ -259,19 +276,20 @@ pub fn rollback_values(
         )?,
     };
     if undo.is_empty() {
-        put_back_set_aside(backup_dir)?;
+        let set_aside = put_back_set_aside(backup_dir)?;
         crate::cri_dockerd::remove_copies(&copies)?;
         inflight.finish()?;
         return Ok(ValueRollback {
             restored: 0,
             already,
             undo_backup: None,
+            set_aside,
         });
     }
     let dir = backup_dir.join(format!("undo-{}", unix_now()));
     let mut backup = storepatch::backup::Backup::create(&dir, store.kind().name(), store.root())?;
     // Set-aside checkpoints first: their check refuses before anything is written.
-    put_back_set_aside(backup_dir)?;
+    let set_aside = put_back_set_aside(backup_dir)?;
     inflight.may_have_written = true;
     store.apply(&undo, &mut backup)?;
     crate::cri_dockerd::remove_copies(&copies)?;
@@ -280,5 +298,6 @@ pub fn rollback_values(
         restored: undo.len(),
         already,
         undo_backup: Some(dir),
+        set_aside,
     })
 }

@@ -653,6 +653,81 @@ fn a_value_rollback_puts_set_aside_checkpoints_back_too() {
     assert_eq!(std::fs::read(&dra).unwrap(), dra_bytes);
 }
 
+/// Issue 35, defect 2: once the new kubelet has written its own checkpoint where the patch
+/// set ours aside (a 1.31 kubelet writes `dra_manager_state` at start), both rollbacks keep
+/// its file in the backup and put ours back, instead of refusing with no way out.
+#[test]
+fn rollback_keeps_the_checkpoint_a_newer_kubelet_wrote_and_puts_ours_back() {
+    use storepatch::backup::RollbackAction;
+    let theirs =
+        std::fs::read(common::fixtures().join("checkpoints/dra-1.31-claim/dra_manager_state"))
+            .unwrap();
+    for values in [false, true] {
+        let n = node("containerd-1.7");
+        let pods = pods_of(&n);
+        let kd = kubelet_dir(&n, &["dra-1.30-claim"]);
+        let dra = kd.join("dra_manager_state");
+        let ours = std::fs::read(&dra).unwrap();
+        let before = snapshot(&n.dir);
+        let plan = plan_with(&n, &pods, "1.31", &with_kubelet_dir(&kd));
+        let store = n.location.open().unwrap();
+        let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+        opts.set_aside_checkpoints = true;
+        rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent).unwrap();
+        // the new kubelet starts and writes its own
+        std::fs::write(&dra, &theirs).unwrap();
+        let report = if values {
+            rehash::rollback_values(&opts.dir, store.as_ref())
+                .unwrap_or_else(|e| panic!("value rollback: {e}"))
+                .set_aside
+        } else {
+            rehash::rollback(&opts.dir, &n.location, false)
+                .unwrap_or_else(|e| panic!("byte rollback: {e}"))
+        };
+        assert_eq!(
+            std::fs::read(&dra).unwrap(),
+            ours,
+            "values={values}: our checkpoint is back byte for byte"
+        );
+        let kept = rehash::rollback::kept_newer(&report);
+        assert_eq!(kept.len(), 1, "values={values}: one file kept: {report:?}");
+        assert_eq!(
+            kept[0].0, dra,
+            "values={values}: the file kept is the checkpoint"
+        );
+        assert!(
+            kept[0]
+                .1
+                .starts_with(opts.dir.join(storepatch::backup::WRITTEN_SINCE_DIR)),
+            "values={values}: kept inside the backup: {}",
+            kept[0].1.display()
+        );
+        assert_eq!(
+            std::fs::read(&kept[0].1).unwrap(),
+            theirs,
+            "values={values}: the newer kubelet's file is kept byte for byte"
+        );
+        if !values {
+            assert!(snapshot(&n.dir) == before, "the store is back too");
+        }
+        // a second rollback finds everything in place and writes nothing
+        let again = if values {
+            rehash::rollback_values(&opts.dir, store.as_ref())
+                .unwrap()
+                .set_aside
+        } else {
+            rehash::rollback(&opts.dir, &n.location, false).unwrap()
+        };
+        assert!(
+            again
+                .files
+                .iter()
+                .all(|(_, a)| *a == RollbackAction::AlreadyOriginal),
+            "values={values}: a rerun is idempotent: {again:?}"
+        );
+    }
+}
+
 #[test]
 fn checkpoint_verdicts_follow_the_version_pair() {
     let n = node("containerd-1.7");

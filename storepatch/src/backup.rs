@@ -736,9 +736,22 @@ pub enum RollbackAction {
     Restored,
     /// The file already held the original bytes (nothing written).
     AlreadyOriginal,
+    /// A file the patch set aside (a kubelet checkpoint the target kubelet rejects) was back
+    /// with other bytes: the kubelet started since wrote its own. Those bytes were kept in
+    /// the backup at `kept` (durably, before anything was restored) and the original came
+    /// back: the kubelet the rollback returns to reads its own checkpoint, not the newer
+    /// kubelet's, and nothing is lost.
+    RestoredOverNewer {
+        /// Where the bytes the newer kubelet wrote are kept: `<backup>/written-since/<sha256>-<name>`.
+        kept: PathBuf,
+    },
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// The backup's subdirectory holding what a newer kubelet wrote in place of a set-aside file
+/// ([`RollbackAction::RestoredOverNewer`]).
+pub const WRITTEN_SINCE_DIR: &str = "written-since";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 /// What [`rollback`] did, file by file.
 pub struct RollbackReport {
     /// Every file of the manifest and what happened to it.
@@ -800,6 +813,11 @@ fn check_entry(
     };
     let action = match (&current, &entry.sha256_new) {
         (Some(cur), _) if *cur == entry.sha256_original => RollbackAction::AlreadyOriginal,
+        // A file the patch removed and something wrote since (the new kubelet's own
+        // checkpoint): kept in the backup, then ours comes back (restore() keeps it first).
+        (Some(cur), _) if entry.set_aside => RollbackAction::RestoredOverNewer {
+            kept: kept_path(dir, &entry.path, cur),
+        },
         (Some(cur), Some(new)) if cur == new => RollbackAction::Restored,
         (Some(_), None) if accept_unknown_new && intended() => RollbackAction::Restored,
         (Some(cur), new) => {
@@ -950,6 +968,42 @@ fn check_restore_path(
     refuse(&format!("outside the store root {}", root.display()))
 }
 
+/// Where [`restore`] keeps the bytes (sha256 `sha`) a newer kubelet wrote at a set-aside
+/// `path`: named by content, so a rerun finds the same name.
+fn kept_path(dir: &Path, path: &Path, sha: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dir.join(WRITTEN_SINCE_DIR).join(format!("{sha}-{name}"))
+}
+
+/// Copies the file at `path` to `kept` (private, synced, atomic) after checking it still has
+/// the sha256 `kept`'s name records (nothing may change it between the check and the copy:
+/// the kubelet is stopped).
+fn keep_newer(path: &Path, kept: &Path) -> Result<(), StoreError> {
+    let (bytes, _) = atomic::read_regular_nofollow(path)?;
+    let sha = sha256_hex(&bytes);
+    let named = kept
+        .file_name()
+        .map(|n| n.to_string_lossy().starts_with(&format!("{sha}-")))
+        .unwrap_or(false);
+    if !named {
+        return Err(StoreError::Backup(format!(
+            "{} changed while the rollback ran (is the kubelet running?); nothing was restored",
+            path.display()
+        )));
+    }
+    let parent = kept.parent().expect("kept_path has a parent");
+    if !parent.is_dir() {
+        atomic::create_dir_all_private(parent)?;
+        if let Some(backup) = parent.parent() {
+            atomic::sync_dir(backup)?;
+        }
+    }
+    atomic::replace_file(kept, &bytes, FileMeta::private())
+}
+
 /// Restores every file of the backup in `dir` byte for byte. Checks everything first and
 /// restores nothing if any file matches neither side of the manifest (named in the error).
 /// `accept_unknown_new`: restore a file whose new sha256 was never recorded (a crash between
@@ -1030,7 +1084,7 @@ fn restore(
     // One file listed twice must name the same original (the restore writes each path once).
     let mut restore: std::collections::HashMap<&Path, &ManifestEntry> = Default::default();
     for (entry, _, action, _) in &plan {
-        if *action != RollbackAction::Restored {
+        if *action == RollbackAction::AlreadyOriginal {
             continue;
         }
         if let Some(prev) = restore.insert(&entry.path, entry) {
@@ -1052,11 +1106,22 @@ fn restore(
             }
         }
     }
+    // What a newer kubelet wrote in place of a set-aside file is kept, durably, before the
+    // original replaces it: a crash in between leaves it in both places, and a rerun keeps
+    // it again under the same name (its sha256).
+    for (entry, _, action, _) in &plan {
+        if let RollbackAction::RestoredOverNewer { kept } = action {
+            keep_newer(&entry.path, kept)?;
+        }
+    }
     let mut seen = std::collections::HashSet::new();
     let reps: Vec<atomic::Replacement> = plan
         .iter()
         .filter(|(entry, _, action, _)| {
-            *action == RollbackAction::Restored && seen.insert(entry.path.as_path())
+            matches!(
+                action,
+                RollbackAction::Restored | RollbackAction::RestoredOverNewer { .. }
+            ) && seen.insert(entry.path.as_path())
         })
         .map(|(entry, copy, _, meta)| atomic::Replacement {
             path: &entry.path,

@@ -1298,18 +1298,26 @@ impl<'a> Run<'a> {
         // Byte rollback first; a runtime that has run since rewrote its store (containerd
         // commits to meta.db at every start), and then the values go back instead.
         let accept_unrecorded = self.resumed && !self.state.done.patched;
-        match crate::rollback::rollback(&dir, &self.opts.location, accept_unrecorded) {
-            Ok(_) => {
+        let report = match crate::rollback::rollback(&dir, &self.opts.location, accept_unrecorded) {
+            Ok(report) => {
                 self.state.store_restored = Some("bytes".into());
-                Ok(())
+                report
             }
             Err(Error::RollbackConflict { .. }) if dir.join("report.json").is_file() => {
-                crate::rollback::rollback_values(&dir, self.store)?;
+                let v = crate::rollback::rollback_values(&dir, self.store)?;
                 self.state.store_restored = Some("values".into());
-                Ok(())
+                v.set_aside
             }
-            Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
+        };
+        for (path, kept) in crate::rollback::kept_newer(&report) {
+            self.state.notes.push(format!(
+                "{} had been written by the new kubelet since the window: kept at {}, and the checkpoint the patch had set aside is back",
+                path.display(),
+                kept.display()
+            ));
         }
+        Ok(())
     }
 
     fn undo_binary(&mut self) -> Result<(), StepError> {
