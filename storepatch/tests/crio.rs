@@ -1240,6 +1240,68 @@ fn set_hash(cfg: &Path, from: &str, to: &str) {
     fs::write(cfg, b.replace(from, to)).unwrap();
 }
 
+/// Issue 35, defect 4: a runroot copy whose plain `io.kubernetes.container.hash` annotation
+/// differs from the graphroot copy's (its embedded `io.kubernetes.cri-o.Annotations` copy
+/// agreeing) disagrees as much as one whose embedded copy differs: the scan reports it, the
+/// plan makes it unproven, and the patch refuses it, writing nothing.
+#[test]
+fn runroot_copy_with_a_differing_plain_annotation_is_never_rewritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
+    let id = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
+    let rel = Path::new("overlay-containers")
+        .join(id)
+        .join("userdata/config.json");
+    let run_cfg = node.join(RUN).join(&rel);
+    let store = open(&node);
+    let stored = by_id(&store.scan().unwrap().records)[id]
+        .hash
+        .clone()
+        .unwrap();
+    let foreign = format!("{:0>w$}", "1", w = stored.len());
+    // only the plain key: `"io.kubernetes.container.hash": "<stored>"` (MarshalIndent), not
+    // the escaped one inside the embedded string
+    let text = String::from_utf8(fs::read(&run_cfg).unwrap()).unwrap();
+    let plain = format!("\"io.kubernetes.container.hash\": \"{stored}\"");
+    assert_eq!(text.matches(&plain).count(), 1, "one plain hash annotation");
+    fs::write(
+        &run_cfg,
+        text.replace(
+            &plain,
+            &format!("\"io.kubernetes.container.hash\": \"{foreign}\""),
+        ),
+    )
+    .unwrap();
+
+    let rec = by_id(&store.scan().unwrap().records)[id].clone();
+    let copy = rec
+        .other_copy
+        .expect("the scan reports the runroot copy whose plain annotation disagrees");
+    assert_eq!(copy.location, run_cfg.display().to_string());
+    assert_eq!(copy.hash.as_deref(), Some(foreign.as_str()));
+
+    let before = snapshot(&node);
+    let (_, mut bk) = new_backup(tmp.path(), "b", &store);
+    let only: Vec<Rewrite> = rewrites_for("1.31")
+        .into_iter()
+        .filter(|r| r.id == id)
+        .collect();
+    let err = store.apply(&only, &mut bk).unwrap_err();
+    assert!(
+        err.is_refusal(),
+        "a disagreeing plain annotation is a refusal: {err}"
+    );
+    assert!(
+        err.to_string().contains(&foreign) && err.to_string().contains("unproven"),
+        "the refusal names the copy's value: {err}"
+    );
+    assert_unchanged(
+        &before,
+        &node,
+        "runroot copy with a differing plain annotation",
+    );
+}
+
 /// A runroot copy of config.json whose hash differs from the graphroot copy's (and is not the
 /// target's) makes the scan report it, and the patch refuses to rewrite that container: both
 /// copies and every other file stay as they were. A runroot copy that already holds the

@@ -19,6 +19,8 @@ struct PlannedFile {
     new: Vec<u8>,
     meta: FileMeta,
     record: StoreRecord,
+    /// Every (hash, hashWithoutResources) pair the file holds, embedded and plain.
+    hash_pairs: [(Option<String>, Option<String>); 2],
     /// The runroot copy (else the graphroot one).
     runroot: bool,
 }
@@ -203,12 +205,14 @@ impl CrioStore {
             reason: e.to_string(),
         })?;
         verify_edit(&a, &bytes, &new_bytes, &new_values, id, &location)?;
+        let hash_pairs = a.hash_pairs();
         Ok(PlannedFile {
             path: path.to_path_buf(),
             original: bytes,
             new: new_bytes,
             meta,
             record: a.record,
+            hash_pairs,
             runroot: false,
         })
     }
@@ -238,25 +242,28 @@ impl CrioStore {
         // interrupted after its runroot wave), or the graphroot copy alone (one that did not
         // know the runroot; the plan proved the runroot copy's hash for the current kubelet).
         // (a hashWithoutResources the rewrite does not set stays as it is)
-        let target = |rec: &StoreRecord| {
-            (
-                Some(rw.hash.to_string()),
-                rw.hash_without_resources
-                    .map(|h| h.to_string())
-                    .or_else(|| rec.hash_without_resources.clone()),
-            ) == (rec.hash.clone(), rec.hash_without_resources.clone())
+        // Every value of the runroot copy counts, its plain annotations too.
+        let target = |f: &PlannedFile| {
+            f.hash_pairs.iter().all(|(h, w)| {
+                (
+                    Some(rw.hash.to_string()),
+                    rw.hash_without_resources
+                        .map(|h| h.to_string())
+                        .or_else(|| f.record.hash_without_resources.clone()),
+                ) == (h.clone(), w.clone())
+            })
         };
-        if (&r.hash, &r.hash_without_resources) != (&g.hash, &g.hash_without_resources)
-            && !target(r)
-            && !target(g)
-        {
-            return Err(StoreError::Refused(format!(
-                "{}: the runroot copy of container {} holds hash {} where the graphroot copy holds {}: unproven, never rewritten",
-                run_cfg.display(),
-                rw.id,
-                r.hash.as_deref().unwrap_or("(none)"),
-                g.hash.as_deref().unwrap_or("(none)")
-            )));
+        let graph_pair = (g.hash.clone(), g.hash_without_resources.clone());
+        if let Some((other, _)) = run.hash_pairs.iter().find(|p| **p != graph_pair) {
+            if !target(&run) && !target(&graph) {
+                return Err(StoreError::Refused(format!(
+                    "{}: the runroot copy of container {} holds hash {} where the graphroot copy holds {}: unproven, never rewritten",
+                    run_cfg.display(),
+                    rw.id,
+                    other.as_deref().unwrap_or("(none)"),
+                    g.hash.as_deref().unwrap_or("(none)")
+                )));
+            }
         }
         run.runroot = true;
         Ok(vec![run, graph])

@@ -89,18 +89,46 @@ impl CrioStore {
         let run_cfg = self.runroot_config(container_dir).ok()??;
         let (bytes, _) = atomic::read_regular_nofollow(&run_cfg).ok()?;
         let location = run_cfg.display().to_string();
-        let run = analyse(&graph.id, &location, &bytes).record;
-        if run.kind != RecordKind::Container
-            || (&run.hash, &run.hash_without_resources)
-                == (&graph.hash, &graph.hash_without_resources)
-        {
+        let run = analyse(&graph.id, &location, &bytes);
+        if run.record.kind != RecordKind::Container {
             return None;
         }
+        // Every value the copy holds counts, the plain annotation too (runc was handed this
+        // file, plain keys included): one differing anywhere makes the copy disagree.
+        let (hash, hash_without_resources) = run
+            .hash_pairs()
+            .into_iter()
+            .find(|pair| (&pair.0, &pair.1) != (&graph.hash, &graph.hash_without_resources))?;
         Some(crate::OtherCopy {
             location,
-            hash: run.hash,
-            hash_without_resources: run.hash_without_resources,
+            hash,
+            hash_without_resources,
         })
+    }
+}
+
+impl Analysis {
+    /// The (hash, hashWithoutResources) pairs this `config.json` holds: the embedded one
+    /// (what CRI-O reports: the record's), then the plain annotations' (a plain key that is
+    /// absent counts as agreeing with the embedded one). Equal pairs when the file agrees
+    /// with itself.
+    pub(super) fn hash_pairs(&self) -> [(Option<String>, Option<String>); 2] {
+        let r = &self.record;
+        let plain = |i: usize| {
+            self.doc
+                .as_ref()
+                .and_then(|d| d.get("annotations"))
+                .and_then(|a| a.get(HASH_KEYS[i]))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        [
+            (r.hash.clone(), r.hash_without_resources.clone()),
+            (
+                plain(0).or_else(|| r.hash.clone()),
+                plain(1).or_else(|| r.hash_without_resources.clone()),
+            ),
+        ]
     }
 }
 
