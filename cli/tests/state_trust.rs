@@ -443,3 +443,74 @@ fn a_marker_directory_under_another_users_directory_is_refused() {
         "no marker was written there"
     );
 }
+
+/// Issue 35, smaller items: what sits at the in-flight marker's place and is no marker file
+/// (a symbolic link, a directory) or a marker directory that is a file was exit 1 (an I/O
+/// error); it is a refusal (exit 3) naming what is there, before anything is written.
+#[test]
+fn a_marker_that_is_no_file_or_a_marker_directory_that_is_a_file_is_refused() {
+    let lab = Lab::new();
+    let root = lab.node.join("var/lib/containerd");
+    let db = root.join("io.containerd.metadata.v1.bolt/meta.db");
+    let before = std::fs::read(&db).unwrap();
+    let key = storepatch::backup::sha256_hex(
+        std::fs::canonicalize(&root)
+            .unwrap()
+            .as_os_str()
+            .as_encoded_bytes(),
+    );
+    let marker_name = format!("{}.json", &key[..32]);
+    let patch = |state_dir: &Path, case: &str| {
+        let o = Command::new(bin())
+            .env("KUBELET_REHASH_STATE_DIR", state_dir)
+            .args(["patch", "--pods"])
+            .arg(lab.node.join("pods.json"))
+            .args(["--to", "1.31", "--root"])
+            .arg(&root)
+            .arg("--runtime-socket")
+            .arg(lab.path("none.sock"))
+            .arg("--backup-dir")
+            .arg(lab.path(&format!("backup-{case}")))
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    for (case, want) in [
+        ("symlink", "a symbolic link"),
+        ("directory", "a directory"),
+        ("dir-is-a-file", "is not a directory"),
+    ] {
+        let markers = lab.path(&format!("markers-{case}"));
+        match case {
+            "dir-is-a-file" => std::fs::write(&markers, b"").unwrap(),
+            _ => {
+                std::fs::create_dir(&markers).unwrap();
+                std::fs::set_permissions(&markers, std::fs::Permissions::from_mode(0o700)).unwrap();
+                let at = markers.join(&marker_name);
+                if case == "symlink" {
+                    std::os::unix::fs::symlink(lab.path("elsewhere.json"), &at).unwrap();
+                } else {
+                    std::fs::create_dir(&at).unwrap();
+                }
+            }
+        }
+        let (code, stderr) = patch(&markers, case);
+        assert_eq!(code, Some(3), "{case}: a refusal: {stderr}");
+        assert!(
+            stderr.contains(want),
+            "{case}: names what is there ({want}): {stderr}"
+        );
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            before,
+            "{case}: the store is unchanged"
+        );
+        assert!(
+            !lab.path(&format!("backup-{case}/manifest.json")).exists(),
+            "{case}: no backup was written"
+        );
+    }
+}

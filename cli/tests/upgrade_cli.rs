@@ -141,6 +141,15 @@ fn bad_input_is_exit_2_before_anything_is_read() {
             with(&["--kubelet-healthz", "https://127.0.0.1:10250/healthz"]),
         ),
         ("unknown --to", with(&["--to", "1.99"])),
+        // issue 35: exited 3 (a refusal) though a missing file is bad input
+        (
+            "a --kubelet-binary that is not there",
+            with(&["--kubelet-binary", "/nonexistent/kubelet"]),
+        ),
+        (
+            "a --kubelet-binary that is a directory",
+            with(&["--kubelet-binary", "/"]),
+        ),
     ] {
         let (code, _, stderr) = run(&a);
         assert_eq!(code, 2, "{what}: {stderr}");

@@ -29,6 +29,11 @@ pub enum Error {
     #[error("kubelet checkpoint: {0}")]
     Checkpoint(String),
 
+    /// A path argument names nothing usable (a `--kubelet-binary` that is not there or not a
+    /// file): exit 2, nothing stopped.
+    #[error("{0}")]
+    Argument(String),
+
     /// The pods file is not this node's (exit 3: refused, nothing read as a guess).
     #[error("pods file: {0}")]
     ForeignPods(String),
@@ -150,6 +155,7 @@ impl Error {
     pub fn class(&self) -> ErrorClass {
         match self {
             Error::Pods(_)
+            | Error::Argument(_)
             | Error::Checkpoint(_)
             | Error::Detect(_)
             | Error::Report { .. }

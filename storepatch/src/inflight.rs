@@ -166,15 +166,35 @@ fn ensure_trusted(path: &Path, meta: &std::fs::Metadata) -> Result<(), StoreErro
 pub fn find(root: &Path) -> Result<Option<(PathBuf, Marker)>, StoreError> {
     let root = canonical(root)?;
     let path = marker_path(&root);
-    let (bytes, _) = match atomic::read_regular_nofollow(&path) {
-        Ok(x) => x,
-        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(None)
+    // What is at the marker's place decides before anything is opened: nothing (no run is
+    // interrupted), a regular file (read and checked), or something no run of ours leaves
+    // there (refused, exit 3, naming it: a symlink could point the check elsewhere).
+    let meta = match std::fs::symlink_metadata(&path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            return Err(StoreError::Refused(format!(
+                "the in-flight state directory {} is not a directory; no interrupted run can be checked (remove it, or set {STATE_DIR_ENV})",
+                state_dir().display()
+            )))
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(StoreError::io(&path, e)),
     };
-    let meta = std::fs::symlink_metadata(&path).map_err(|e| StoreError::io(&path, e))?;
+    if !meta.file_type().is_file() {
+        return Err(StoreError::Refused(format!(
+            "{} is {}, not an in-flight marker file; no run of kubelet-rehash leaves that there: remove it",
+            path.display(),
+            if meta.file_type().is_symlink() {
+                "a symbolic link"
+            } else if meta.is_dir() {
+                "a directory"
+            } else {
+                "a special file"
+            }
+        )));
+    }
     ensure_trusted(&path, &meta)?;
+    let (bytes, _) = atomic::read_regular_nofollow(&path)?;
     let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| {
         StoreError::Refused(format!(
             "{}: not an in-flight marker this kubelet-rehash reads ({e}); remove it if no run of kubelet-rehash is interrupted on {}",

@@ -247,6 +247,25 @@ pub fn upgrade(opts: &UpgradeOptions, node: &dyn NodeControl) -> Result<UpgradeR
         let mut run = Run::resume(opts, node, store.as_ref(), prev.clone());
         return Ok(run.finish_interrupted_run());
     }
+    // A new kubelet that is not there is a wrong argument (exit 2), found before anything is
+    // read or stopped, not a refusal of the preflight.
+    if let Some(new) = &opts.new_kubelet {
+        match std::fs::metadata(new) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => {
+                return Err(Error::Argument(format!(
+                    "--kubelet-binary {}: not a regular file",
+                    new.display()
+                )))
+            }
+            Err(e) => {
+                return Err(Error::Argument(format!(
+                    "--kubelet-binary {}: {e}",
+                    new.display()
+                )))
+            }
+        }
+    }
     let mut run = Run::new(opts, node, store.as_ref(), previous.as_ref());
     run.go()
 }
