@@ -380,6 +380,44 @@ fn a_running_cri_dockerd_blocks_the_patch() {
     assert_eq!(snapshot(&sw.n.dir), before);
 }
 
+/// Issue 35: a dockershim flag on a line the flag rewrite cannot parse (`export`, a `\`
+/// continuation, a shell expansion) was kept silently; the plan now blocks on it, naming the
+/// file and the line, and the patch refuses, writing nothing.
+#[test]
+fn a_dockershim_flag_on_a_line_the_rewrite_cannot_parse_blocks_naming_the_line() {
+    let sw = Switch::new();
+    let plan = sw.plan("1.24").unwrap();
+    assert!(
+        !codes(&plan).contains(&"kubelet-flags-unparsed"),
+        "kubeadm's plain line is rewritten, nothing to block on"
+    );
+    let file = sw.n.dir.join("etc/default/kubelet");
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(
+        &file,
+        "# set by the image\nKUBELET_EXTRA_ARGS=\"--v=2 \\\n  --network-plugin-mtu=1460\"\n",
+    )
+    .unwrap();
+    let plan = sw.plan("1.24").unwrap();
+    let h = hazard(&plan, "kubelet-flags-unparsed");
+    assert_eq!(h.severity, rehash::Severity::Block);
+    assert_eq!(h.files, vec![file.display().to_string()]);
+    assert!(
+        h.message.contains("line 3 (--network-plugin-mtu=1460\")"),
+        "names the line: {}",
+        h.message
+    );
+    let before = snapshot(&sw.n.dir);
+    let store = sw.n.location.open().unwrap();
+    let backup = BackupOptions::new(sw.n.tmp.path().join("backup"));
+    let err = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap_err();
+    assert!(
+        matches!(err, Error::Blocked(_)) && err.to_string().contains("kubelet-flags-unparsed"),
+        "{err}"
+    );
+    assert_eq!(snapshot(&sw.n.dir), before, "nothing written");
+}
+
 /// With `--from auto` proving 1.21–1.26 (hashes alike), a node whose cri-dockerd root already
 /// holds its running sandboxes' checkpoints (and dockershim's directory none) is on cri-dockerd
 /// already: no switch, no false "recreated" or "conflict" hazards.

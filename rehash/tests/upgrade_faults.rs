@@ -1063,4 +1063,38 @@ fn the_kubelet_flags_must_be_rewritable_or_left_to_the_operator() {
         std::fs::read_to_string(flags_file(&s)).unwrap(),
         "# no flags here\n"
     );
+
+    // issue 35: a given file whose dockershim flag sits on a line the rewrite cannot parse
+    // (`export`) is refused in the preflight, naming the line; nothing stopped or written
+    let s = setup("docker-20.10", "1.31");
+    dockershim_node(&s);
+    std::fs::write(flags_file(&s), "# no flags here\n").unwrap();
+    let mine = s.node.tmp.path().join("kubelet.env");
+    std::fs::write(
+        &mine,
+        "export KUBELET_EXTRA_ARGS=\"--network-plugin=cni\"\n",
+    )
+    .unwrap();
+    let before = snapshot(&s);
+    let interrupt = flag();
+    let mut fake = FakeNode::new(interrupt);
+    dockershim_kubelet(&mut fake);
+    fake.kubelet_args.retain(|a| !a.starts_with("--pod-infra"));
+    let mut opts = options(&s, interrupt);
+    opts.kubelet_flags = KubeletFlags::Files(vec![mine.clone()]);
+    let r = rehash::upgrade(&opts, &fake).unwrap();
+    match &r.result {
+        UpgradeResult::Refused(why) => assert!(
+            why.contains("kubelet-flags-unparsed")
+                && why.contains("line 1 (export KUBELET_EXTRA_ARGS"),
+            "{why}"
+        ),
+        other => panic!("an unparsed flag line: {other:?}"),
+    }
+    assert_same(&before, &s, "unparsed flag line refused");
+    assert_eq!(
+        std::fs::read_to_string(&mine).unwrap(),
+        "export KUBELET_EXTRA_ARGS=\"--network-plugin=cni\"\n",
+        "the given file is untouched"
+    );
 }

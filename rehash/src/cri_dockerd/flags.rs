@@ -117,6 +117,27 @@ fn assignment(line: &str) -> Option<(&str, char, Vec<String>)> {
     ))
 }
 
+/// The lines of a kubelet flag file that set a flag the switch drops
+/// ([`super::REMOVED_KUBELET_FLAGS`], `--container-runtime`, `--container-runtime-endpoint`)
+/// but are no plain assignment [`edit_flags_file`] can rewrite: a `\` continuation, `export`,
+/// a shell expansion, quotes inside. (1-based line number, the line.) Such a flag would stay
+/// and stop the new kubelet, so the plan blocks on it, naming the line.
+pub fn unparsed_flag_lines(text: &str) -> Vec<(usize, String)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let body = line.trim_end_matches('\r');
+            let trimmed = body.trim_start();
+            !trimmed.is_empty() && !trimmed.starts_with('#') && assignment(body).is_none()
+        })
+        .filter(|(_, line)| {
+            line.split(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '\\' | '`'))
+                .any(|w| w.starts_with("--") && dropped(flag_name(w)))
+        })
+        .map(|(i, line)| (i + 1, line.to_string()))
+        .collect()
+}
+
 /// The edit of one kubelet flag file: every removed dockershim flag and the old runtime flags
 /// dropped from its assignments, [`switch_flags`] added to the first assignment that held a
 /// dropped flag (else to the first one holding any flag, else a `KUBELET_EXTRA_ARGS` line
@@ -265,6 +286,28 @@ mod tests {
             None,
             "a line we could not reproduce is left to the operator (the preflight then refuses)"
         );
+    }
+
+    #[test]
+    fn lines_the_rewriter_cannot_parse_are_named_when_they_set_a_dropped_flag() {
+        let text = "# --network-plugin=cni in a comment\n\
+            KUBELET_KUBEADM_ARGS=\"--network-plugin=cni --pod-infra-container-image=pause\"\n\
+            export KUBELET_EXTRA_ARGS=\"--image-pull-progress-deadline=2m\"\n\
+            KUBELET_ARGS=\"--v=2 \\\n\
+            \x20 --network-plugin=cni\"\n\
+            OTHER=\"$BASE --cni-bin-dir=/opt/cni/bin\"\n\
+            HARMLESS=\"$BASE --v=2\"\n\
+            export PATH=/usr/bin\n";
+        let got = unparsed_flag_lines(text);
+        let numbers: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            numbers,
+            [3, 5, 6],
+            "export, the continuation holding the flag, and the expansion are named; the plain assignment, the comment and the lines without a dropped flag are not: {got:?}"
+        );
+        assert!(got[0].1.starts_with("export KUBELET_EXTRA_ARGS"), "{got:?}");
+        // what the rewriter handles itself is never named
+        assert!(unparsed_flag_lines("KUBELET_KUBEADM_ARGS=\"--network-plugin=cni\"\n").is_empty());
     }
 
     #[test]

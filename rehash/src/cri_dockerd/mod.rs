@@ -249,6 +249,41 @@ fn removed_flags_in_use(host: &HostRoot) -> Vec<(String, &'static str)> {
     out
 }
 
+/// A `block` hazard for each of the node's kubelet flag files with a line that sets a flag
+/// the switch drops but that the rewriter cannot parse ([`flags::unparsed_flag_lines`]).
+fn unparsed_flag_hazards(host: &HostRoot) -> Vec<Hazard> {
+    KUBELET_FLAG_FILES
+        .iter()
+        .filter_map(|f| resolve(host, f).ok())
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(&p).ok()?;
+            unparsed_flags_hazard(&p, &text)
+        })
+        .collect()
+}
+
+/// The `kubelet-flags-unparsed` hazard of one flag file, when it has such lines.
+pub(crate) fn unparsed_flags_hazard(path: &Path, text: &str) -> Option<Hazard> {
+    let lines = flags::unparsed_flag_lines(text);
+    if lines.is_empty() {
+        return None;
+    }
+    let mut h = Hazard::block(
+        "kubelet-flags-unparsed",
+        format!(
+            "{}: {} set a dockershim-era flag the new kubelet refuses or must not keep, on a line the flag rewrite cannot parse (a `\\` continuation, `export`, a shell expansion): rewrite it as a plain NAME=\"--flag ...\" line, or remove the flag yourself; until then the new kubelet would keep it",
+            path.display(),
+            lines
+                .iter()
+                .map(|(n, l)| format!("line {n} ({})", l.trim()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    h.files = vec![path.display().to_string()];
+    Some(h)
+}
+
 pub(crate) fn sha256(b: &[u8]) -> String {
     storepatch::backup::sha256_hex(b)
 }
@@ -526,6 +561,9 @@ pub fn plan_switch_with_networks(
     }
 
     // 3. the kubelet's flags
+    for h in unparsed_flag_hazards(&host) {
+        hazards.push(h);
+    }
     let in_use = removed_flags_in_use(&host);
     let found = if in_use.is_empty() {
         String::new()

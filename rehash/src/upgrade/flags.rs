@@ -83,6 +83,11 @@ impl Run<'_> {
                 Ok(t) => t,
                 Err(e) => return refuse(format!("kubelet flag file: {e}")),
             };
+            // a flag on a line the rewrite cannot parse would stay: refused, naming the line
+            // (the plan's hazard covers the node's own files; these may be others)
+            if let Some(h) = cri_dockerd::unparsed_flags_hazard(path, &text) {
+                return refuse(format!("[{}] {}", h.code, h.message));
+            }
             let mut edit = edit_flags_file(&text, to, &endpoint, false);
             // the new flags go somewhere: the first given file, or kubeadm's
             let first_choice = if given {
