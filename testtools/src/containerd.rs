@@ -623,15 +623,66 @@ pub fn unescape_mount(s: &str) -> String {
         .replace("\\134", "\\")
 }
 
-/// Removes the (cgroup) directory tree at `p`, deepest first; files are not touched.
+/// Removes the cgroup directory tree at `p`: kills every process still in it
+/// ([`reap_cgroup_tree`]), then removes the directories deepest first (files are not touched).
 pub fn rmdir_tree(p: &Path) {
+    if !p.is_dir() {
+        return;
+    }
+    reap_cgroup_tree(p);
+    remove_cgroup_dirs(p);
+}
+
+fn remove_cgroup_dirs(p: &Path) {
     if let Ok(rd) = fs::read_dir(p) {
         for e in rd.flatten() {
             if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                rmdir_tree(&e.path());
+                remove_cgroup_dirs(&e.path());
             }
         }
         let _ = fs::remove_dir(p);
+    }
+}
+
+/// Every pid in the cgroup tree at `p` (its `cgroup.procs` and those of every cgroup below).
+pub fn cgroup_tree_pids(p: &Path) -> Vec<u32> {
+    let mut out: Vec<u32> = fs::read_to_string(p.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    if let Ok(rd) = fs::read_dir(p) {
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                out.extend(cgroup_tree_pids(&e.path()));
+            }
+        }
+    }
+    out
+}
+
+/// SIGKILLs every process left in the cgroup tree at `p` until none is (10 s at most). A
+/// container whose shim died (killed by a test, or by a failed one's cleanup) is handed to
+/// init, where no process tree says it is ours any more: its cgroup still does, and a test
+/// harness's cgroups are its own, so everything in them is its to kill, also when a test
+/// failed half-way.
+pub fn reap_cgroup_tree(p: &Path) {
+    let me = std::process::id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids: Vec<u32> = cgroup_tree_pids(p)
+            .into_iter()
+            .filter(|pid| *pid != me)
+            .collect();
+        if pids.is_empty() || Instant::now() > deadline {
+            return;
+        }
+        for pid in pids {
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

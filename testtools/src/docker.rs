@@ -301,7 +301,8 @@ impl Drop for Daemon {
             let hier: Vec<PathBuf> = hier.flatten().map(|e| e.path()).collect();
             for id in &self.container_ids {
                 for h in &hier {
-                    let _ = fs::remove_dir(h.join("docker").join(id));
+                    // a container whose shim died is init's now: its cgroup says it is ours
+                    crate::containerd::rmdir_tree(&h.join("docker").join(id));
                 }
             }
         }
