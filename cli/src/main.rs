@@ -58,14 +58,25 @@ const EXIT_CODES_HELP: &str = "Exit codes:
     name = "kubelet-rehash",
     version,
     long_version = dist::long_version(),
-    about = "Upgrade a node's kubelet across minor versions (1.8–1.36) without restarting its containers",
-    long_about = "Upgrade a node's kubelet across minor versions (1.8–1.36) without restarting its containers.\n\nThe kubelet stores a hash of every container's spec in the container runtime, and restarts any container whose hash it computes differently. A newer kubelet computes different hashes, so an upgrade restarts every container of the node. kubelet-rehash computes each container's hash exactly as the target kubelet will, proves that the stored hash is what the current kubelet computed, and rewrites it in the stopped runtime's store, with backups and byte-exact rollback.",
+    about = about(),
+    long_about = format!("{}.\n\n{LONG_ABOUT}", about()),
     after_help = EXIT_CODES_HELP
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// The one-line description, with the supported range as the embedded schemas give it.
+fn about() -> String {
+    format!(
+        "Upgrade a node's kubelet across minor versions ({}–{}) without restarting its containers",
+        hashcompat::KubeletVersion::oldest(),
+        hashcompat::KubeletVersion::newest()
+    )
+}
+
+const LONG_ABOUT: &str = "The kubelet stores a hash of every container's spec in the container runtime, and restarts any container whose hash it computes differently. A newer kubelet computes different hashes, so an upgrade restarts every container of the node. kubelet-rehash computes each container's hash exactly as the target kubelet will, proves that the stored hash is what the current kubelet computed, and rewrites it in the stopped runtime's store, with backups and byte-exact rollback.";
 
 #[derive(Subcommand)]
 enum Command {

@@ -60,6 +60,9 @@ pub enum VersionError {
     /// file; hashing it would be a guess.
     #[error("kubelet {0} is not supported: the supported range is {1} to {2}")]
     OutOfRange(String, KubeletVersion, KubeletVersion),
+    /// A version newer than the newest this build knows (the given text and that newest).
+    #[error("kubelet {0} is newer than this kubelet-rehash knows (it knows 1.8 to {1}): its container hash and checkpoint formats are not in this build's data, and a guess could restart every container or stop the kubelet; use a kubelet-rehash release that lists {0} in `kubelet-rehash versions`")]
+    Newer(String, KubeletVersion),
 }
 
 impl KubeletVersion {
@@ -149,6 +152,10 @@ impl FromStr for KubeletVersion {
         let minor: u32 = parts[1].parse().map_err(|_| syntax())?;
         let v = KubeletVersion { major, minor };
         let all = Self::all();
+        let newest = *all.last().expect("non-empty");
+        if major == newest.major && minor > newest.minor {
+            return Err(VersionError::Newer(format!("{major}.{minor}"), newest));
+        }
         if !all.contains(&v) {
             return Err(VersionError::OutOfRange(
                 format!("{major}.{minor}"),
@@ -208,14 +215,25 @@ mod tests {
 
     #[test]
     fn rejects_garbage_and_out_of_range_naming_the_range() {
+        let newest = KubeletVersion::newest();
+        let next = format!("1.{}", newest.minor() + 1);
         for s in [
-            "", "1", "1.x", "x.14", "1.14.", "2.0", "1.7", "1.37", "v", "1..2", "1.14-eks",
+            "", "1", "1.x", "x.14", "1.14.", "2.0", "1.7", &next, "v", "1..2", "1.14-eks",
         ] {
             let e = s.parse::<KubeletVersion>().unwrap_err();
             if let VersionError::OutOfRange(..) = e {
-                assert!(e.to_string().contains("1.8 to 1.36"), "{e}");
+                assert!(e.to_string().contains(&format!("1.8 to {newest}")), "{e}");
             }
         }
+        // newer than the newest known: refused, saying why and what to do
+        let e = next.parse::<KubeletVersion>().unwrap_err();
+        assert!(
+            matches!(e, VersionError::Newer(..))
+                && e.to_string()
+                    .contains("newer than this kubelet-rehash knows")
+                && e.to_string().contains(&format!("1.8 to {newest}")),
+            "{e}"
+        );
         assert!(matches!(
             "1.7".parse::<KubeletVersion>(),
             Err(VersionError::OutOfRange(..))

@@ -43,7 +43,7 @@ pub enum Error {
     Blocked(Vec<String>),
 
     /// `From::Auto` found no container whose stored hash any version reproduces.
-    #[error("--from auto: no container's stored hash matches any kubelet version 1.8–1.36 for the pod specs given; is this the right pods file for this node? Give --from to see per-container reasons")]
+    #[error("--from auto: no container's stored hash matches any kubelet version {}–{} for the pod specs given; is this the right pods file for this node? Give --from to see per-container reasons", hashcompat::KubeletVersion::oldest(), hashcompat::KubeletVersion::newest())]
     NothingProven,
 
     /// `From::Auto`: the containers prove different versions.
