@@ -122,23 +122,6 @@ run() { # run <target>: libFuzzer's output goes to $TMP/<target>.log
     return "$rc"
 }
 
-failed=()
-pids=()
-names=()
-for t in "${TARGETS[@]}"; do
-    run "$t" &
-    pids+=($!)
-    names+=("$t")
-    if [ "${#pids[@]}" -ge "$JOBS" ]; then
-        if ! wait "${pids[0]}"; then failed+=("${names[0]}"); fi
-        pids=("${pids[@]:1}")
-        names=("${names[@]:1}")
-    fi
-done
-for i in "${!pids[@]}"; do
-    if ! wait "${pids[$i]}"; then failed+=("${names[$i]}"); fi
-done
-
 record() { # record <target> <execs> <seconds>: adds to the target's row of fuzz/EXECUTIONS.md
     local f=EXECUTIONS.md
     awk -v t="$1" -v n="$2" -v san="$SAN" -v d="$(date -u +%F)" -v s="$3" '
@@ -147,13 +130,34 @@ record() { # record <target> <execs> <seconds>: adds to the target's row of fuzz
         { print }' "$f" >"$f.new" && mv "$f.new" "$f"
 }
 
-for t in "${TARGETS[@]}"; do
+# Each target is reported (and recorded) as soon as it ends, not after the last one: a long
+# run stopped half-way keeps the executions of every target it finished.
+finished() { # finished <target>
+    local t=$1 execs cov secs
     execs=$(grep -E '^stat::number_of_executed_units' "$TMP/$t.log" | awk '{print $2}')
     cov=$(grep -E '^#[0-9]+.*(DONE|cov:)' "$TMP/$t.log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+' || true)
     echo "fuzz-smoke: $t: ${execs:-?} execs, ${cov:-no stats}"
     secs=$(cat "$TMP/$t.seconds" 2>/dev/null || echo "$TIME")
     if [ "${FUZZ_RECORD:-0}" = 1 ] && [ -n "${execs:-}" ]; then record "$t" "$execs" "$secs"; fi
+}
+
+failed=()
+pids=()
+names=()
+reap_first() { # waits for the oldest running target
+    if ! wait "${pids[0]}"; then failed+=("${names[0]}"); fi
+    finished "${names[0]}"
+    pids=("${pids[@]:1}")
+    names=("${names[@]:1}")
+}
+for t in "${TARGETS[@]}"; do
+    run "$t" &
+    pids+=($!)
+    names+=("$t")
+    if [ "${#pids[@]}" -ge "$JOBS" ]; then reap_first; fi
 done
+while [ "${#pids[@]}" -gt 0 ]; do reap_first; done
+
 # Minimizing keeps every input that adds an edge (-use_counters=0: hit counts do not count,
 # which keeps a corpus a quarter the size); bolt_open_scan then keeps its smallest inputs up to
 # 512 KiB: its inputs are bolt files of tens to hundreds of KiB, and the 256 KiB real files
