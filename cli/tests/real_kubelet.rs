@@ -16,7 +16,7 @@
 //!   says restart without a rewrite are restarted by the real kubelet.
 //!
 //! Pairs: `LAB_PAIRS` (`default`: the pairs scripts/test.sh runs; `all`: every adjacent pair
-//! the proxy serves whose target kubelet-rehash supports; or `1.30-1.31,1.35-1.36`). Results go to
+//! the proxy serves whose target kubelet-rehash supports; or `1.30-1.31,1.36-1.37`). Results go to
 //! `target/real-kubelet/results.md` (docs/lab.md keeps them). With `REAL_KUBELET_GOLDEN=DIR` the
 //! spec/hash pairs the real kubelets stored are written there (scripts/real-kubelet-golden.sh).
 //! Needs root and the lab's builds (scripts/test.sh makes them first; cached).
@@ -969,7 +969,7 @@ const UNBUILDABLE: &[(u32, &str)] = &[
 fn pairs() -> Vec<(String, String)> {
     let spec = std::env::var("LAB_PAIRS").unwrap_or_else(|_| "default".into());
     let list = match spec.as_str() {
-        "default" => "1.30-1.31,1.35-1.36".to_string(),
+        "default" => "1.30-1.31,1.36-1.37".to_string(),
         "all" => {
             let out = sh(
                 Command::new("go").args(["list", "-m", "-versions", "k8s.io/kubernetes"]),
