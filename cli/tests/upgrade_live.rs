@@ -779,13 +779,29 @@ fn through_the_window(node: &mut Node<'_>, from: &str, to: &str) {
 }
 
 fn containerd_line(line: ctd::Line, tag: &str, from: &str, to: &str, with_wr: bool) {
+    on_containerd(line, tag, from, to, with_wr, |n| {
+        through_the_window(n, from, to)
+    });
+}
+
+/// A node on a private containerd of `line`, its containers running under kubelet `from`
+/// (specs that `to` hashes differently), handed to `test`; torn down after it, also when it
+/// fails.
+fn on_containerd(
+    line: ctd::Line,
+    tag: &str,
+    from: &str,
+    to: &str,
+    with_wr: bool,
+    test: impl FnOnce(&mut Node<'_>),
+) {
     let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     root_or_fail(ctd::SETUP);
     let (mut pods, mut ctrs) = node(tag, &SPECS, from, to, with_wr);
     let rt = Containerd::new(line, &mut pods, &mut ctrs);
     let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
     let mut n = Node::new(&rt, &pods, &ctrs, from);
-    through_the_window(&mut n, from, to);
+    test(&mut n);
 }
 
 #[test]
@@ -848,17 +864,18 @@ fn upgrade_docker_20_10_from_1_14_to_1_23_and_sigterm_rolls_back() {
 
 #[test]
 fn upgrade_containerd_1_7_24_every_failure_path() {
-    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    root_or_fail(ctd::SETUP);
     let (from, to) = ("1.30", "1.31");
     let line = ctd::Line {
         version: "1.7.24",
         config_v3: false,
     };
-    let (mut pods, mut ctrs) = node("u17", &SPECS, from, to, true);
-    let rt = Containerd::new(line, &mut pods, &mut ctrs);
-    let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
-    let mut n = Node::new(&rt, &pods, &ctrs, from);
+    on_containerd(line, "u17", from, to, true, |n| {
+        every_failure_path(n, from, to)
+    });
+}
+
+fn every_failure_path(n: &mut Node<'_>, from: &str, to: &str) {
+    let (rt, ctrs) = (n.rt, n.ctrs);
     let old = n.kubelet.old.clone();
     let old_v = n.kubelet.old_version.clone();
     let new = n.kubelet.binary("kubelet-new", "1.31.0");
@@ -1045,13 +1062,13 @@ fn upgrade_containerd_1_7_24_every_failure_path() {
         .map(|(k, v)| (k.clone(), *v))
         .collect();
     check_live(
-        &rt,
+        rt,
         &survivors,
         &pids,
         &stored_values,
         "after the killing stop",
     );
-    alive(&rt, &pids, "after the killing stop");
+    alive(rt, &pids, "after the killing stop");
 }
 
 /// Issue 35, defect 2: the patch set aside a 1.30 `dra_manager_state` that kubelet 1.31
@@ -1060,17 +1077,17 @@ fn upgrade_containerd_1_7_24_every_failure_path() {
 /// ours comes back byte for byte, and the state file says so.
 #[test]
 fn upgrade_containerd_2_1_9_undo_keeps_the_checkpoint_the_new_kubelet_wrote() {
-    let _serial = ctd::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    root_or_fail(ctd::SETUP);
-    let (from, to) = ("1.30", "1.31");
     let line = ctd::Line {
         version: "2.1.9",
         config_v3: true,
     };
-    let (mut pods, mut ctrs) = node("u-dra", &SPECS, from, to, true);
-    let rt = Containerd::new(line, &mut pods, &mut ctrs);
-    let _scripts = ScriptGuard(vec![rt.pidfile(), rt.tmp().join("kubelet.pid")]);
-    let mut n = Node::new(&rt, &pods, &ctrs, from);
+    on_containerd(line, "u-dra", "1.30", "1.31", true, |n| {
+        undo_keeps_the_newer_checkpoint(n, "1.31")
+    });
+}
+
+fn undo_keeps_the_newer_checkpoint(n: &mut Node<'_>, to: &str) {
+    let rt = n.rt;
     let old = n.kubelet.old.clone();
     let old_v = n.kubelet.old_version.clone();
     let new = n.kubelet.binary("kubelet-new", "1.31.0");

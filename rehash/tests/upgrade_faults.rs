@@ -1040,19 +1040,34 @@ fn the_kubelet_flags_must_be_rewritable_or_left_to_the_operator() {
     }
     assert_same(&before, &s, "kept flags refused");
 
+    // An upgrade of a dockershim node given one flag file holding `text` (the node's kubeadm
+    // file sets no flag): (the setup, the given file, the node before, the report).
+    fn with_given_flags_file(
+        text: &str,
+    ) -> (
+        Setup,
+        std::path::PathBuf,
+        BTreeMap<std::path::PathBuf, Vec<u8>>,
+        rehash::upgrade::UpgradeReport,
+    ) {
+        let s = setup("docker-20.10", "1.31");
+        dockershim_node(&s);
+        std::fs::write(flags_file(&s), "# no flags here\n").unwrap();
+        let mine = s.node.tmp.path().join("kubelet.env");
+        std::fs::write(&mine, text).unwrap();
+        let before = snapshot(&s);
+        let interrupt = flag();
+        let mut fake = FakeNode::new(interrupt);
+        dockershim_kubelet(&mut fake);
+        fake.kubelet_args.retain(|a| !a.starts_with("--pod-infra"));
+        let mut opts = options(&s, interrupt);
+        opts.kubelet_flags = KubeletFlags::Files(vec![mine.clone()]);
+        let r = rehash::upgrade(&opts, &fake).unwrap();
+        (s, mine, before, r)
+    }
+
     // a given file without any flag gets the new ones; the node's kubeadm file is left alone
-    let s = setup("docker-20.10", "1.31");
-    dockershim_node(&s);
-    std::fs::write(flags_file(&s), "# no flags here\n").unwrap();
-    let mine = s.node.tmp.path().join("kubelet.env");
-    std::fs::write(&mine, "KUBELET_EXTRA_ARGS=\"--network-plugin=cni\"\n").unwrap();
-    let interrupt = flag();
-    let mut fake = FakeNode::new(interrupt);
-    dockershim_kubelet(&mut fake);
-    fake.kubelet_args.retain(|a| !a.starts_with("--pod-infra"));
-    let mut opts = options(&s, interrupt);
-    opts.kubelet_flags = KubeletFlags::Files(vec![mine.clone()]);
-    let r = rehash::upgrade(&opts, &fake).unwrap();
+    let (s, mine, _, r) = with_given_flags_file("KUBELET_EXTRA_ARGS=\"--network-plugin=cni\"\n");
     assert_eq!(r.result, UpgradeResult::Done, "{:#?}", r.state);
     assert_eq!(
         std::fs::read_to_string(&mine).unwrap(),
@@ -1066,23 +1081,8 @@ fn the_kubelet_flags_must_be_rewritable_or_left_to_the_operator() {
 
     // issue 35: a given file whose dockershim flag sits on a line the rewrite cannot parse
     // (`export`) is refused in the preflight, naming the line; nothing stopped or written
-    let s = setup("docker-20.10", "1.31");
-    dockershim_node(&s);
-    std::fs::write(flags_file(&s), "# no flags here\n").unwrap();
-    let mine = s.node.tmp.path().join("kubelet.env");
-    std::fs::write(
-        &mine,
-        "export KUBELET_EXTRA_ARGS=\"--network-plugin=cni\"\n",
-    )
-    .unwrap();
-    let before = snapshot(&s);
-    let interrupt = flag();
-    let mut fake = FakeNode::new(interrupt);
-    dockershim_kubelet(&mut fake);
-    fake.kubelet_args.retain(|a| !a.starts_with("--pod-infra"));
-    let mut opts = options(&s, interrupt);
-    opts.kubelet_flags = KubeletFlags::Files(vec![mine.clone()]);
-    let r = rehash::upgrade(&opts, &fake).unwrap();
+    let (s, mine, before, r) =
+        with_given_flags_file("export KUBELET_EXTRA_ARGS=\"--network-plugin=cni\"\n");
     match &r.result {
         UpgradeResult::Refused(why) => assert!(
             why.contains("kubelet-flags-unparsed")

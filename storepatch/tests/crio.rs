@@ -1240,6 +1240,17 @@ fn set_hash(cfg: &Path, from: &str, to: &str) {
     fs::write(cfg, b.replace(from, to)).unwrap();
 }
 
+/// The fixture container both runroot tests disturb, and its two `config.json` copies:
+/// (id, graphroot copy, runroot copy).
+const RUNROOT_CASE: &str = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
+
+fn config_copies(node: &Path, id: &str) -> (PathBuf, PathBuf) {
+    let rel = Path::new("overlay-containers")
+        .join(id)
+        .join("userdata/config.json");
+    (node.join(GRAPH).join(&rel), node.join(RUN).join(&rel))
+}
+
 /// Issue 35, defect 4: a runroot copy whose plain `io.kubernetes.container.hash` annotation
 /// differs from the graphroot copy's (its embedded `io.kubernetes.cri-o.Annotations` copy
 /// agreeing) disagrees as much as one whose embedded copy differs: the scan reports it, the
@@ -1248,11 +1259,8 @@ fn set_hash(cfg: &Path, from: &str, to: &str) {
 fn runroot_copy_with_a_differing_plain_annotation_is_never_rewritten() {
     let tmp = tempfile::tempdir().unwrap();
     let node = copy_node(tmp.path());
-    let id = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
-    let rel = Path::new("overlay-containers")
-        .join(id)
-        .join("userdata/config.json");
-    let run_cfg = node.join(RUN).join(&rel);
+    let id = RUNROOT_CASE;
+    let (_, run_cfg) = config_copies(&node, id);
     let store = open(&node);
     let stored = by_id(&store.scan().unwrap().records)[id]
         .hash
@@ -1310,11 +1318,8 @@ fn runroot_copy_with_a_differing_plain_annotation_is_never_rewritten() {
 fn disagreeing_runroot_copy_is_reported_and_never_rewritten() {
     let tmp = tempfile::tempdir().unwrap();
     let node = copy_node(tmp.path());
-    let id = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
-    let rel = Path::new("overlay-containers")
-        .join(id)
-        .join("userdata/config.json");
-    let (graph_cfg, run_cfg) = (node.join(GRAPH).join(&rel), node.join(RUN).join(&rel));
+    let id = RUNROOT_CASE;
+    let (graph_cfg, run_cfg) = config_copies(&node, id);
     let store = open(&node);
     let scan = store.scan().unwrap();
     let rec = by_id(&scan.records)[id].clone();
