@@ -43,6 +43,13 @@ cargo test --workspace --release --no-fail-fast
 tools/quantity-diff/run.sh
 tools/kubelet-1.20-hash/run.sh
 tools/kubelet-checkpoints/run.sh
+# ... and, from the Go module proxy, the newest supported version's schema (with the one before
+# it, proving the generator still reproduces a committed file) and its golden hashes from the
+# real HashContainer (the kubelet build of the real-node suite leaves its packages compiled).
+# Every version the proxy serves: tools/container-schema/run.sh and tools/kubelet-hash/run.sh
+# with the versions (tools/README.md), too long for every CI run.
+tools/container-schema/run.sh --check 1.36 1.37
+tools/kubelet-hash/run.sh --check 1.37
 
 # The production binary has no crash path: storepatch's `crash-points` feature is on only in
 # test builds, through dev-dependencies (storepatch/src/fault.rs). The test build just left its
