@@ -129,17 +129,17 @@ fn explain_prints_the_hashed_text() {
 
 #[test]
 fn versions_outside_the_range_are_usage_errors_naming_the_range() {
-    for v in ["1.7", "1.38", "2.0", "banana"] {
+    for v in ["1.7", "1.39", "2.0", "banana"] {
         let (code, _, err) = run(&["hash", "-k", v], b"{}");
         assert_eq!(code, 2, "{v}: usage error");
         assert!(err.contains(v), "{v}: {err}");
     }
     let (_, _, err) = run(&["hash", "-k", "1.7"], b"{}");
-    assert!(err.contains("1.8 to 1.37"), "{err}");
+    assert!(err.contains("1.8 to 1.38"), "{err}");
     // a newer kubelet than this build knows: refused, saying why
-    let (_, _, err) = run(&["hash", "-k", "1.38"], b"{}");
+    let (_, _, err) = run(&["hash", "-k", "1.39"], b"{}");
     assert!(
-        err.contains("newer than this kubelet-rehash knows") && err.contains("1.8 to 1.37"),
+        err.contains("newer than this kubelet-rehash knows") && err.contains("1.8 to 1.38"),
         "{err}"
     );
 }
@@ -150,7 +150,7 @@ fn versions_lists_every_supported_version() {
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let rows = v.as_array().unwrap();
-    assert_eq!(rows.len(), 30, "1.8 through 1.37");
+    assert_eq!(rows.len(), 31, "1.8 through 1.38");
     assert_eq!(rows[0]["version"], "1.8");
     assert_eq!(rows[8]["form"], "json");
     // The golden README's equivalence classes: 17 of them.

@@ -952,14 +952,14 @@ fn containerd_page_and_full_backups_both_roll_back_exactly() {
     }
 }
 
-/// Kubelet 1.37 (issue 38) on every bundled node. The real `HashContainer` of
+/// Kubelet 1.37 and 1.38 (issue 38) on every bundled node. The real `HashContainer` of
 /// k8s.io/kubernetes v1.37.2 (tools/kubelet-hash) gives every one of the 300 golden specs the
 /// hash v1.36.3's does, so a 1.37 plan must decide every record exactly as the 1.36 plan does.
 /// Then the way back: after a patch to 1.37, `plan --from 1.37 --to 1.36` proves every rewritten
 /// container at 1.37 and finds each already at its 1.36 hash (nothing to rewrite), and rollback
 /// restores every byte.
 #[test]
-fn every_bundled_node_plans_1_37_and_backs_out_from_it() {
+fn every_bundled_node_plans_1_37_and_1_38_and_backs_out_from_1_37() {
     let summary = |plan: &Value| -> Vec<(String, String, String)> {
         let mut v: Vec<(String, String, String)> = plan["records"]
             .as_array()
@@ -1004,6 +1004,17 @@ fn every_bundled_node_plans_1_37_and_backs_out_from_it() {
             summary(&p37),
             summary(&p36),
             "{name}: every record's action and target hash for 1.37 are 1.36's"
+        );
+        // 1.38.0-beta.0's real HashContainer gives the golden specs 1.37's hashes too
+        let (code_38, p38) = plan_for("1.38", &[]);
+        assert_eq!(
+            code_38, code_36,
+            "{name}: the 1.38 plan's exit code is 1.36's"
+        );
+        assert_eq!(
+            summary(&p38),
+            summary(&p36),
+            "{name}: every record's action and target hash for 1.38 are 1.36's"
         );
         if name == "docker-20.10" {
             // a dockershim node's way to 1.37 goes through cri-dockerd: covered by its own tests

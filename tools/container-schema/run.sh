@@ -71,7 +71,13 @@ pick_version() {
         for z in $(seq 0 40); do served "$mod@v0.$minor.$z" && list+="v0.$minor.$z"$'\n'; done
         list=$(sed '/^$/d' <<<"$list")
     fi
-    [ -n "$list" ] || return 0
+    if [ -z "$list" ]; then
+        # No release of the minor yet: its newest listed pre-release (v0.38.0-beta.0), said so
+        # by the label it gets (kubernetes-1.38.0-beta.0).
+        (cd / && go list -m -versions "$mod" 2>/dev/null) | tr ' ' '\n' |
+            grep -E "^v0\.$minor\.0-(alpha|beta|rc)\.[0-9]+$" | sort -t- -k2,2V | tail -1
+        return 0
+    fi
     if [ -z "$patch" ]; then tail -1 <<<"$list"; return; fi
     best=$(awk -F. -v p="$patch" '{d=$3-p; if (d<0) d=-d; print d, $3, $0}' <<<"$list" | sort -k1,1n -k2,2nr | head -1 | cut -d' ' -f3)
     echo "$best"
@@ -107,7 +113,7 @@ for minor in "${versions[@]}"; do
     want=""
     if [ -f "$committed" ]; then
         tag=$(sed -n 's/^ "source_tag": "\(.*\)",$/\1/p' "$committed")
-        [[ "$tag" =~ ^kubernetes-1\.$mn\.([0-9]+)$ ]] || { fail 2 "$minor: committed source_tag '$tag' is not kubernetes-$minor.<patch>"; continue; }
+        [[ "$tag" =~ ^kubernetes-1\.$mn\.([0-9]+(-(alpha|beta|rc)\.[0-9]+)?)$ ]] || { fail 2 "$minor: committed source_tag '$tag' is not kubernetes-$minor.<patch>"; continue; }
         want=${BASH_REMATCH[1]}
     elif [ "$mode" = check ]; then
         fail 2 "$minor: no committed $committed to check (use --write)"; continue
@@ -118,7 +124,7 @@ for minor in "${versions[@]}"; do
     cp "$here/main.go" "$work/main.go"
 
     api=$(pick_version k8s.io/api "$mn" "$want")
-    mach=$(pick_version k8s.io/apimachinery "$mn" "${want:-${api##*.}}")
+    mach=$(pick_version k8s.io/apimachinery "$mn" "${want:-${api#v0."$mn".}}")
     if [ -n "$api" ] && [ -n "$mach" ]; then
         # ---- module era (1.15+): the published k8s.io/api and k8s.io/apimachinery modules
         [ -z "$want" ] || [ "$api" = "v0.$mn.$want" ] || log "$minor: the proxy does not serve k8s.io/api v0.$mn.$want; using the nearest served, $api"
