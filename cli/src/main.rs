@@ -411,6 +411,8 @@ impl NodeFlags {
         Ok(NodeFiles {
             manifests,
             kubelet_dir,
+            // the hierarchy this process sees is the host's kind (v1 or v2), in a Job too
+            cgroup_fs: None,
         })
     }
 }

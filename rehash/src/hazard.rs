@@ -178,3 +178,50 @@ pub(crate) fn checkpoint_hazards(
     }
     out
 }
+
+/// The kubelet's configuration file kubeadm writes, inside its root directory.
+pub const KUBELET_CONFIG_FILE: &str = "config.yaml";
+
+/// Kubelet 1.35+ refuses to start on a cgroup v1 host unless its configuration sets
+/// `failCgroupV1: false` (KEP-5573: the default turned true in 1.35; there is no flag). The real
+/// kubelet 1.35 did exactly that on this project's lab after a 1.34 → 1.35 upgrade ("kubelet is
+/// configured to not run on a host using cgroup v1"), and the upgrade went back. A `block`
+/// hazard when the target is 1.35 or newer, the host's cgroup hierarchy (`cgroup_fs`, normally
+/// `/sys/fs/cgroup`) is v1 (no `cgroup.controllers`), and the kubelet's `config.yaml` in
+/// `kubelet_dir` exists without `failCgroupV1: false`. No config file there: nothing is said
+/// (the configuration is elsewhere, and unread).
+pub fn cgroup_v1_hazard(
+    kubelet_dir: &std::path::Path,
+    cgroup_fs: &std::path::Path,
+    to: KubeletVersion,
+) -> Option<Hazard> {
+    if to.minor() < 35 || cgroup_fs.join("cgroup.controllers").exists() {
+        return None;
+    }
+    if !cgroup_fs.is_dir() {
+        return None;
+    }
+    let config = kubelet_dir.join(KUBELET_CONFIG_FILE);
+    let (bytes, _) = storepatch::atomic::read_regular_nofollow(&config).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let allowed = text.lines().any(|l| {
+        let l = l.trim().trim_start_matches('"');
+        l.strip_prefix("failCgroupV1")
+            .map(|rest| rest.trim_start_matches('"').trim_start())
+            .and_then(|rest| rest.strip_prefix(':'))
+            .is_some_and(|v| v.trim().trim_end_matches(',').trim() == "false")
+    });
+    if allowed {
+        return None;
+    }
+    let mut h = Hazard::block(
+        "kubelet-refuses-cgroup-v1",
+        format!(
+            "kubelet {to} refuses to start on a cgroup v1 host unless its configuration sets failCgroupV1: false (the default is true from 1.35; there is no flag), and this node runs cgroup v1 while {} does not set it: add `failCgroupV1: false` to it (kubelets from 1.31 read it) before the upgrade, or move the node to cgroup v2; otherwise the new kubelet exits at start and the upgrade goes back",
+            config.display()
+        ),
+    )
+    .reference("https://github.com/kubernetes/enhancements/tree/master/keps/sig-node/5573-remove-cgroup-v1");
+    h.files = vec![config.display().to_string()];
+    Some(h)
+}

@@ -71,6 +71,10 @@ pub struct NodeFiles {
     /// The kubelet's root directory (`--root-dir`, `/var/lib/kubelet`), whose checkpoint files
     /// the target kubelet must accept.
     pub kubelet_dir: Option<std::path::PathBuf>,
+    /// Where the host's cgroup hierarchy is mounted (`/sys/fs/cgroup` when `None`): v1 or v2
+    /// decides whether kubelet 1.35+ starts with the node's configuration
+    /// ([`crate::hazard::cgroup_v1_hazard`]).
+    pub cgroup_fs: Option<std::path::PathBuf>,
 }
 
 /// One line of the plan (the JSON report's `records[]`; a stable contract, see docs/report.md).
@@ -367,6 +371,16 @@ impl Plan {
         for h in crate::hazard::checkpoint_hazards(&checkpoints, to) {
             plan.warnings.push(h.message.clone());
             plan.hazards.push(h);
+        }
+        if let Some(dir) = &node.kubelet_dir {
+            let cgroup_fs = node
+                .cgroup_fs
+                .clone()
+                .unwrap_or_else(|| std::path::PathBuf::from("/sys/fs/cgroup"));
+            if let Some(h) = crate::hazard::cgroup_v1_hazard(dir, &cgroup_fs, to) {
+                plan.warnings.push(h.message.clone());
+                plan.hazards.push(h);
+            }
         }
         plan.endpoint = Some(store.endpoint());
         plan.timings.scan_ms = scan_ms;

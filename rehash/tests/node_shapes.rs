@@ -830,3 +830,66 @@ fn bad_checkpoint_files_are_clear_errors_and_change_nothing() {
         "bad checkpoint input changed nothing"
     );
 }
+
+/// Kubelet 1.35+ refuses a cgroup v1 host unless its config sets `failCgroupV1: false` (the
+/// real 1.35 kubelet did, on the lab, after a 1.34 → 1.35 upgrade: docs/lab.md). The plan
+/// blocks on it, naming the config file, exactly when all three hold: target 1.35+, a v1
+/// hierarchy, and a config.yaml without the setting.
+#[test]
+fn a_cgroup_v1_node_whose_kubelet_config_does_not_allow_it_blocks_1_35_and_later() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    let kd = n.tmp.path().join("var-lib-kubelet");
+    std::fs::create_dir_all(&kd).unwrap();
+    let v1 = n.tmp.path().join("cgroup-v1");
+    std::fs::create_dir_all(v1.join("memory")).unwrap();
+    let v2 = n.tmp.path().join("cgroup-v2");
+    std::fs::create_dir_all(&v2).unwrap();
+    std::fs::write(v2.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+    let files = |cgroup: &std::path::Path| NodeFiles {
+        kubelet_dir: Some(kd.clone()),
+        cgroup_fs: Some(cgroup.to_path_buf()),
+        ..NodeFiles::default()
+    };
+    let blocked = |to: &str, cgroup: &std::path::Path| {
+        plan_with(&n, &pods, to, &files(cgroup))
+            .hazards
+            .into_iter()
+            .find(|h| h.code == "kubelet-refuses-cgroup-v1")
+    };
+    let config = kd.join("config.yaml");
+    let kubeadm = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n";
+    std::fs::write(&config, kubeadm).unwrap();
+    for to in ["1.35", "1.36", "1.37"] {
+        let h = blocked(to, &v1).unwrap_or_else(|| panic!("{to} on cgroup v1 blocks"));
+        assert_eq!(h.severity, rehash::Severity::Block);
+        assert_eq!(h.files, vec![config.display().to_string()]);
+        assert!(h.message.contains("failCgroupV1: false"), "{}", h.message);
+    }
+    assert!(
+        blocked("1.34", &v1).is_none(),
+        "1.34 still runs on cgroup v1 by default"
+    );
+    assert!(blocked("1.35", &v2).is_none(), "a cgroup v2 node is fine");
+    for allowed in [
+        "failCgroupV1: false\n",
+        "  failCgroupV1:   false  \n",
+        "\"failCgroupV1\": false,\n",
+    ] {
+        std::fs::write(&config, format!("{kubeadm}{allowed}")).unwrap();
+        assert!(
+            blocked("1.35", &v1).is_none(),
+            "the config allows it: {allowed:?}"
+        );
+    }
+    std::fs::write(&config, format!("{kubeadm}failCgroupV1: true\n")).unwrap();
+    assert!(
+        blocked("1.35", &v1).is_some(),
+        "failCgroupV1: true still refuses"
+    );
+    std::fs::remove_file(&config).unwrap();
+    assert!(
+        blocked("1.35", &v1).is_none(),
+        "no config.yaml in the kubelet dir: nothing read, nothing said"
+    );
+}
