@@ -386,8 +386,11 @@ minor_of() { cut -d. -f2 <<<"$1"; }
 write_kubelet_config() {
     local minor extra=""
     minor="$(minor_of "$kubelet_version")"
-    # 1.35+ refuses cgroup v1 unless told (these machines have no cgroup v2)
-    [ "$minor" -lt 35 ] || extra="failCgroupV1: false"
+    # 1.35+ refuses cgroup v1 unless told (these machines have no cgroup v2). Set from 1.31, the
+    # first kubelet that reads it, as an operator on cgroup v1 must before upgrading to 1.35:
+    # a 1.34 config without it made the real 1.35 kubelet exit at start (kubelet-rehash's plan
+    # now blocks on that: kubelet-refuses-cgroup-v1)
+    [ "$minor" -lt 31 ] || extra="failCgroupV1: false"
     cat > "$dir/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
