@@ -517,6 +517,60 @@ spec:
     y
 }
 
+/// A pod resized in place (the `resize` subresource, on by default from 1.33): created with
+/// cpu 100m/200m, resized to 150m/300m without a restart, and waited for until the kubelet
+/// reports the new limit as actuated. The upgrade must keep it as any other pod.
+fn resize_in_place(lab: &Lab) {
+    lab.apply(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: resized}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: k8s-lab.local/busybox:1.0
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+    resizePolicy: [{resourceName: cpu, restartPolicy: NotRequired}]
+    resources:
+      requests: {cpu: 100m, memory: 32Mi}
+      limits: {cpu: 200m, memory: 64Mi}
+"#,
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while lab.json(&["get", "pod", "resized"])["status"]["phase"] != "Running" {
+        assert!(Instant::now() < deadline, "the pod to resize never ran");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    lab.kubectl(&[
+        "patch",
+        "pod",
+        "resized",
+        "--subresource",
+        "resize",
+        "--patch",
+        r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"150m"},"limits":{"cpu":"300m"}}}]}}"#,
+    ]);
+    loop {
+        let p = lab.json(&["get", "pod", "resized"]);
+        let actuated = &p["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"];
+        if actuated == "300m" {
+            assert_eq!(
+                p["status"]["containerStatuses"][0]["restartCount"], 0,
+                "the in-place resize restarted nothing"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the resize was never actuated: {:#}",
+            p["status"]
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 fn static_pod(name: &str, uid: Option<&str>) -> String {
     let uid = uid.map(|u| format!(", uid: {u}")).unwrap_or_default();
     format!(
@@ -810,6 +864,11 @@ fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
     )
     .unwrap();
     wait_settled(&lab, &from_v, "before");
+    let from_minor: u32 = from.split('.').nth(1).unwrap().parse().unwrap();
+    if from_minor >= 33 {
+        resize_in_place(&lab);
+        wait_settled(&lab, &from_v, "after the resize");
+    }
     // the kubelet's readiness and the endpoint controller have caught up
     std::thread::sleep(Duration::from_secs(5));
     let pair = format!("{from} → {to}");
