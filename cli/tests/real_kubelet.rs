@@ -521,23 +521,14 @@ spec:
 /// cpu 100m/200m, resized to 150m/300m without a restart, and waited for until the kubelet
 /// reports the new limit as actuated. The upgrade must keep it as any other pod.
 fn resize_in_place(lab: &Lab) {
-    lab.apply(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {name: resized}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: k8s-lab.local/busybox:1.0
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
-    resizePolicy: [{resourceName: cpu, restartPolicy: NotRequired}]
+    lab.apply(&idle_pod(
+        "name: resized",
+        r#"    resizePolicy: [{resourceName: cpu, restartPolicy: NotRequired}]
     resources:
       requests: {cpu: 100m, memory: 32Mi}
       limits: {cpu: 200m, memory: 64Mi}
 "#,
-    );
+    ));
     let deadline = Instant::now() + Duration::from_secs(90);
     while lab.json(&["get", "pod", "resized"])["status"]["phase"] != "Running" {
         assert!(Instant::now() < deadline, "the pod to resize never ran");
@@ -573,10 +564,16 @@ spec:
 
 fn static_pod(name: &str, uid: Option<&str>) -> String {
     let uid = uid.map(|u| format!(", uid: {u}")).unwrap_or_default();
+    idle_pod(&format!("name: {name}, namespace: default{uid}"), "")
+}
+
+/// A pod of one idle busybox container: `metadata` is what goes inside `metadata: {…}`,
+/// `container` more lines of the container (indented four spaces).
+fn idle_pod(metadata: &str, container: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
-metadata: {{name: {name}, namespace: default{uid}}}
+metadata: {{{metadata}}}
 spec:
   terminationGracePeriodSeconds: 2
   containers:
@@ -584,7 +581,7 @@ spec:
     image: k8s-lab.local/busybox:1.0
     imagePullPolicy: Never
     command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
-"#
+{container}"#
     )
 }
 
