@@ -1240,15 +1240,20 @@ fn set_hash(cfg: &Path, from: &str, to: &str) {
     fs::write(cfg, b.replace(from, to)).unwrap();
 }
 
-/// The fixture container both runroot tests disturb, and its two `config.json` copies:
-/// (id, graphroot copy, runroot copy).
+/// The fixture container both runroot tests disturb.
 const RUNROOT_CASE: &str = "8717c4babc213a2a54c8eaff061fa3faa7263d912a5ceea808aec32b1616aa21";
 
-fn config_copies(node: &Path, id: &str) -> (PathBuf, PathBuf) {
+/// A node copy for the runroot tests: (its temp dir, the node, [`RUNROOT_CASE`]'s graphroot and
+/// runroot `config.json`, the store).
+fn runroot_case() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf, CrioStore) {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = copy_node(tmp.path());
     let rel = Path::new("overlay-containers")
-        .join(id)
+        .join(RUNROOT_CASE)
         .join("userdata/config.json");
-    (node.join(GRAPH).join(&rel), node.join(RUN).join(&rel))
+    let (graph, run) = (node.join(GRAPH).join(&rel), node.join(RUN).join(&rel));
+    let store = open(&node);
+    (tmp, node, graph, run, store)
 }
 
 /// Issue 35, defect 4: a runroot copy whose plain `io.kubernetes.container.hash` annotation
@@ -1257,11 +1262,8 @@ fn config_copies(node: &Path, id: &str) -> (PathBuf, PathBuf) {
 /// plan makes it unproven, and the patch refuses it, writing nothing.
 #[test]
 fn runroot_copy_with_a_differing_plain_annotation_is_never_rewritten() {
-    let tmp = tempfile::tempdir().unwrap();
-    let node = copy_node(tmp.path());
+    let (tmp, node, _, run_cfg, store) = runroot_case();
     let id = RUNROOT_CASE;
-    let (_, run_cfg) = config_copies(&node, id);
-    let store = open(&node);
     let stored = by_id(&store.scan().unwrap().records)[id]
         .hash
         .clone()
@@ -1316,11 +1318,8 @@ fn runroot_copy_with_a_differing_plain_annotation_is_never_rewritten() {
 /// target (a patch interrupted after its runroot wave) is finished instead.
 #[test]
 fn disagreeing_runroot_copy_is_reported_and_never_rewritten() {
-    let tmp = tempfile::tempdir().unwrap();
-    let node = copy_node(tmp.path());
+    let (tmp, node, graph_cfg, run_cfg, store) = runroot_case();
     let id = RUNROOT_CASE;
-    let (graph_cfg, run_cfg) = config_copies(&node, id);
-    let store = open(&node);
     let scan = store.scan().unwrap();
     let rec = by_id(&scan.records)[id].clone();
     assert_eq!(rec.other_copy, None, "the fixture's two copies agree");
