@@ -73,6 +73,12 @@ pub enum GoType {
     /// `resource.Quantity`, decoded by its own `UnmarshalJSON` and printed from its internal
     /// fields (hashcompat's model of apimachinery's Quantity).
     Quantity,
+    /// `cpuset.CPUSet` (k8s.io/utils) as `PodEntry.UnmarshalJSON` of the CPU manager (v1.36+)
+    /// fills it: a JSON string in `cpuset.Parse` syntax ("0-3,8"), `null` or absent meaning the
+    /// empty set; printed from its one unexported field, `elems map[int]struct{}`. Its zero
+    /// value is the empty, non-nil set, because the only struct holding one always runs the
+    /// parser (an absent member parses as "").
+    Cpuset,
     /// A type whose fields the data does not carry: any value but `null` makes the checksum
     /// undeterminable, and the verdict says so instead of guessing.
     Opaque,
@@ -211,6 +217,7 @@ impl Layout {
                 Val::Struct(fields.iter().map(|f| self.zero(&f.ty)).collect())
             }
             GoType::Quantity => Val::Quantity(Box::new(Quantity::zero())),
+            GoType::Cpuset => Val::Map(Some(BTreeMap::new())),
             GoType::Opaque => Val::Opaque,
         }
     }
@@ -273,6 +280,17 @@ impl Layout {
                 return q
                     .unmarshal_json_into(node.raw)
                     .map_err(|e| DecodeError::Json(e.go_message()));
+            }
+            GoType::Cpuset => {
+                let Val::Map(Some(set)) = v else {
+                    unreachable!("a cpuset's value is a non-nil map")
+                };
+                set.clear();
+                return match &node.value {
+                    NodeValue::Null => Ok(()),
+                    NodeValue::String(s) => parse_cpuset(s, set, path),
+                    _ => Err(mismatch()),
+                };
             }
             GoType::Opaque => {
                 return if is_null {
@@ -461,6 +479,18 @@ impl Layout {
                 out.push('}');
             }
             (GoType::Quantity, Val::Quantity(q)) => out.push_str(&q.go_spew()),
+            (GoType::Cpuset, Val::Map(Some(set))) => {
+                out.push_str("{elems:(map[int]struct {})map[");
+                for (i, k) in set.keys().enumerate() {
+                    if i > 0 {
+                        out.push(' ');
+                    }
+                    if let Key::Int(n) = k {
+                        let _ = write!(out, "{n}:{{}}");
+                    }
+                }
+                out.push_str("]}");
+            }
             _ => unreachable!(
                 "decoded values match their types; opaque values sit behind nil pointers"
             ),
@@ -488,6 +518,54 @@ pub fn go_equal_fold(name: &str, key: &str) -> bool {
         }
     }
     key_chars.next().is_none()
+}
+
+/// The most CPUs one cpuset may name here: `cpuset.Parse` adds every element of a range one by
+/// one, so a range wider than any machine is work (and memory) the kubelet would spend too, and
+/// the verdict for such a file is left undetermined rather than computed.
+const CPUSET_MAX_ELEMS: i64 = 1 << 16;
+
+/// `cpuset.Parse` (k8s.io/utils/cpuset) into `set`: comma-separated elements or `a-b` ranges,
+/// each number as `strconv.Atoi` reads it; "" is the empty set.
+fn parse_cpuset(s: &str, set: &mut BTreeMap<Key, Val>, path: &str) -> Result<(), DecodeError> {
+    if s.is_empty() {
+        return Ok(());
+    }
+    // strconv.Atoi: an optional sign, then decimal digits (no underscores in base 10)
+    let atoi = |t: &str| {
+        let unsigned = t.strip_prefix(['+', '-']).unwrap_or(t);
+        let ok = !unsigned.is_empty() && unsigned.bytes().all(|b| b.is_ascii_digit());
+        ok.then(|| t.strip_prefix('+').unwrap_or(t).parse::<i64>().ok())
+            .flatten()
+            .ok_or_else(|| {
+                DecodeError::Json(format!(
+                    "{path}: failed to parse cpuset: strconv.Atoi: parsing {t:?}: invalid syntax"
+                ))
+            })
+    };
+    for r in s.split(',') {
+        let (start, end) = match r.split_once('-') {
+            None => {
+                let e = atoi(r)?;
+                (e, e)
+            }
+            Some((a, b)) => (atoi(a)?, atoi(b)?),
+        };
+        if start > end {
+            return Err(DecodeError::Json(format!(
+                "{path}: failed to parse cpuset: invalid range {r:?} ({start} > {end})"
+            )));
+        }
+        if end - start >= CPUSET_MAX_ELEMS || set.len() as i64 + (end - start) >= CPUSET_MAX_ELEMS {
+            return Err(DecodeError::Opaque(format!(
+                "{path}: a cpuset of more than {CPUSET_MAX_ELEMS} CPUs"
+            )));
+        }
+        for e in start..=end {
+            set.insert(Key::Int(e), Val::Struct(Vec::new()));
+        }
+    }
+    Ok(())
 }
 
 fn number_error(n: &str, path: &str, name: &str) -> DecodeError {

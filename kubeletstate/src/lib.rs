@@ -355,19 +355,47 @@ pub struct Judgement {
     pub source: Option<&'static str>,
 }
 
-/// Judges one file's bytes as `kind` for `target`.
+/// The feature gates that change how a kubelet reads (and writes) its checkpoints; `None`
+/// means the target version's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// `PodLevelResourceManagers` (alpha in v1.36, beta in v1.37, off by default in both): with
+    /// it the CPU manager of v1.36 reads and writes V3, the memory manager V2, both with pod
+    /// entries, which no earlier version and no v1.36 without the gate accepts. Ignored by
+    /// versions without the gate.
+    pub pod_level_resource_managers: Option<bool>,
+}
+
+impl FeatureGates {
+    fn pod_level_resource_managers(self, target: KubeletVersion) -> bool {
+        target.minor() >= 36 && self.pod_level_resource_managers.unwrap_or(false)
+    }
+}
+
+/// Judges one file's bytes as `kind` for `target` with its default feature gates.
 pub fn judge(
     path: &Path,
     kind: CheckpointKind,
     bytes: &[u8],
     target: KubeletVersion,
 ) -> Result<(Judgement, &'static str), Error> {
+    judge_with_gates(path, kind, bytes, target, FeatureGates::default())
+}
+
+/// Judges one file's bytes as `kind` for `target` running with `gates`.
+pub fn judge_with_gates(
+    path: &Path,
+    kind: CheckpointKind,
+    bytes: &[u8],
+    target: KubeletVersion,
+    gates: FeatureGates,
+) -> Result<(Judgement, &'static str), Error> {
     let node = hashcompat::parse_json(bytes).map_err(|e| Error::NotJson {
         path: path.to_path_buf(),
         error: e.to_string(),
     })?;
     let format = detect_format(path, kind, &node)?;
-    let judgement = match reader_for(kind, target) {
+    let judgement = match reader_for(kind, target, gates) {
         Choice::NotRead(reason) => Judgement {
             verdict: Verdict::NotRead {
                 reason: reason.to_string(),
@@ -462,8 +490,9 @@ enum Choice {
 }
 
 /// Which reading code a version runs for a file.
-fn reader_for(kind: CheckpointKind, target: KubeletVersion) -> Choice {
+fn reader_for(kind: CheckpointKind, target: KubeletVersion, gates: FeatureGates) -> Choice {
     let minor = target.minor();
+    let pod_level = gates.pod_level_resource_managers(target);
     match kind {
         CheckpointKind::DraManager => match minor {
             ..=26 => Choice::NotRead("the DRA manager keeps a checkpoint from v1.27 on"),
@@ -489,8 +518,12 @@ fn reader_for(kind: CheckpointKind, target: KubeletVersion) -> Choice {
             ..=9 => Choice::Undetermined("the CPU manager state of v1.8/v1.9 is not in this tool's data"),
             10..=17 => Choice::Read(&readers::CPU_1_17),
             18..=35 => Choice::Read(&readers::CPU_1_18),
+            36 if pod_level => Choice::Read(&readers::CPU_1_36_POD_LEVEL),
+            36 => Choice::Read(&readers::CPU_1_36),
+            37 if pod_level => Choice::Read(&readers::CPU_1_37_POD_LEVEL),
+            37 => Choice::Read(&readers::CPU_1_37),
             _ => Choice::Undetermined(
-                "the CPU manager checkpoint of v1.36 and later (pod-level resource managers) is not in this tool's data",
+                "the CPU manager checkpoint of v1.38 and later is not in this tool's data",
             ),
         },
         CheckpointKind::DeviceManager => match minor {
@@ -503,8 +536,11 @@ fn reader_for(kind: CheckpointKind, target: KubeletVersion) -> Choice {
         CheckpointKind::MemoryManager => match minor {
             ..=20 => Choice::NotRead("the memory manager exists from v1.21 on"),
             21..=35 => Choice::Read(&readers::MEMORY_1_21),
+            36 if pod_level => Choice::Read(&readers::MEMORY_1_36_POD_LEVEL),
+            36 => Choice::Read(&readers::MEMORY_1_36),
+            37 => Choice::Read(&readers::MEMORY_1_37),
             _ => Choice::Undetermined(
-                "the memory manager checkpoint of v1.36 and later (V2, pod-level resource managers) is not in this tool's data",
+                "the memory manager checkpoint of v1.38 and later is not in this tool's data",
             ),
         },
     }
@@ -517,7 +553,7 @@ fn members<'a>(node: &'a Node<'a>) -> Option<&'a [(std::borrow::Cow<'a, str>, No
     }
 }
 
-fn member<'a>(node: &'a Node<'a>, name: &str) -> Option<&'a Node<'a>> {
+pub(crate) fn member<'a>(node: &'a Node<'a>, name: &str) -> Option<&'a Node<'a>> {
     members(node)?
         .iter()
         .rev()
@@ -573,6 +609,16 @@ fn detect_format(
             if !any_of(&["policyName", "defaultCpuSet", "entries", "checksum"]) {
                 return Err(unknown(format!("members {{{}}}", names())));
             }
+            if any_of(&["data", "dataChecksum"]) {
+                return Ok(
+                    "CPU manager V4 {data, dataChecksum} beside the V2 members (kubelet 1.37+)",
+                );
+            }
+            if has("podEntries") {
+                return Ok(
+                    "CPU manager V3 with pod entries (kubelet 1.36 with PodLevelResourceManagers)",
+                );
+            }
             let entries = member(node, "entries").and_then(members).unwrap_or(&[]);
             Ok(match entries.first().map(|(_, v)| &v.value) {
                 Some(NodeValue::String(_)) => {
@@ -611,7 +657,11 @@ fn detect_format(
             }
         }
         CheckpointKind::MemoryManager => {
-            if any_of(&["policyName", "machineState", "entries", "checksum"]) {
+            if any_of(&["data", "dataChecksum"]) {
+                Ok("memory manager V3 {data, dataChecksum} beside the V1 members (kubelet 1.37+)")
+            } else if has("podEntries") {
+                Ok("memory manager V2 with pod entries (kubelet 1.36 with PodLevelResourceManagers)")
+            } else if any_of(&["policyName", "machineState", "entries", "checksum"]) {
                 Ok("memory manager (kubelet 1.21+)")
             } else {
                 Err(unknown(format!("members {{{}}}", names())))

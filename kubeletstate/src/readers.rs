@@ -32,7 +32,13 @@ fn layout(name: &str) -> &'static Layout {
             "memory-1.21",
             "status-data-1.32",
             "allocation-envelope-1.33",
-            "allocation-data-1.33"
+            "allocation-data-1.33",
+            "cpu-v3-1.36",
+            "cpu-v4-1.37",
+            "cpu-v4-data-1.37",
+            "memory-v2-1.36",
+            "memory-v3-1.37",
+            "memory-v3-data-1.37"
         )
     });
     &all.iter()
@@ -72,6 +78,16 @@ enum Step {
     },
     /// CRC-32 of a `Data` string against a `Checksum` field (DRA envelope).
     Crc32Data { layout: &'static str },
+    /// The dual-checksum formats of v1.37 (CPU manager V4, memory manager V3): the file decodes
+    /// into `layout` (the old format's members plus `data` and `dataChecksum`), `Data` decodes
+    /// into `data_layout`, and `checksum.New(Data)` must equal `DataChecksum`. When that fails
+    /// and the file has a non-empty `data` or a non-zero `dataChecksum`, the kubelet does not
+    /// fall back to the older formats ("could not load v4 checkpoint ... not falling back").
+    DataEnvelope {
+        layout: &'static str,
+        data_layout: &'static str,
+        what: &'static str,
+    },
 }
 
 /// A kubelet version's reading code for one file: steps tried in order, the next one only
@@ -104,6 +120,7 @@ impl Reader {
             match step.run(node) {
                 accepted @ Outcome::Accepted { .. } => return accepted,
                 undetermined @ Outcome::Undetermined { .. } => return undetermined,
+                rejected if step.ends_fallback(node) => return rejected,
                 rejected => last = Some(rejected),
             }
         }
@@ -155,7 +172,32 @@ fn decoded(layout: &Layout, node: &Node<'_>) -> Result<Val, Outcome> {
 
 const CORRUPT: &str = "checkpoint is corrupted (checksum mismatch)";
 
+/// `data` and `dataChecksum` as `json.Unmarshal` leaves them in the struct whatever else fails
+/// (it keeps decoding after a type error): a string and an unsigned number, else their zero.
+fn data_members(node: &Node<'_>) -> (String, u64) {
+    let data = match crate::member(node, "data").map(|n| &n.value) {
+        Some(hashcompat::NodeValue::String(s)) => s.to_string(),
+        _ => String::new(),
+    };
+    let sum = match crate::member(node, "dataChecksum").map(|n| &n.value) {
+        Some(hashcompat::NodeValue::Number(n)) => n.parse::<u64>().unwrap_or(0),
+        _ => 0,
+    };
+    (data, sum)
+}
+
 impl Step {
+    /// Whether a rejection by this step is final (see [`Step::DataEnvelope`]).
+    fn ends_fallback(&self, node: &Node<'_>) -> bool {
+        match self {
+            Step::DataEnvelope { .. } => {
+                let (data, sum) = data_members(node);
+                !data.is_empty() || sum != 0
+            }
+            _ => false,
+        }
+    }
+
     fn run(&self, node: &Node<'_>) -> Outcome {
         match *self {
             Step::Spew {
@@ -220,6 +262,59 @@ impl Step {
                     }
                 }
                 Outcome::Accepted { computed }
+            }
+            Step::DataEnvelope {
+                layout: name,
+                data_layout,
+                what,
+            } => {
+                let layout = layout(name);
+                let v = match decoded(layout, node) {
+                    Ok(v) => v,
+                    Err(Outcome::Rejected { reason, computed }) => {
+                        return Outcome::Rejected {
+                            reason: format!("failed to deserialize {what} checkpoint: {reason}"),
+                            computed,
+                        }
+                    }
+                    Err(other) => return other,
+                };
+                let Val::Struct(fields) = &v else {
+                    unreachable!("roots are structs")
+                };
+                let Val::Str(data) = &fields[layout.field_index("Data")] else {
+                    unreachable!("Data is a string")
+                };
+                // UnmarshalCheckpoint decodes Data before VerifyChecksum runs
+                let failed = |reason: String| Outcome::Rejected {
+                    reason: format!("failed to deserialize {what} checkpoint data: {reason}"),
+                    computed: None,
+                };
+                let inner = match hashcompat::parse_json(data.as_bytes()) {
+                    Ok(inner) => inner,
+                    Err(e) => return failed(e.to_string()),
+                };
+                match decoded(self::layout(data_layout), &inner) {
+                    Ok(_) => {}
+                    Err(Outcome::Rejected { reason, .. }) => return failed(reason),
+                    Err(other) => return other,
+                }
+                let stored = checksum_of(&v, layout, "DataChecksum");
+                let computed = hash_text(
+                    layout.spew(
+                        layout.field_type("Data"),
+                        &fields[layout.field_index("Data")],
+                    ),
+                    &[],
+                );
+                if computed == stored {
+                    Outcome::Accepted { computed }
+                } else {
+                    Outcome::Rejected {
+                        reason: format!("{CORRUPT}: dataChecksum {stored}, computed {computed}"),
+                        computed: Some(computed),
+                    }
+                }
             }
             Step::Crc32Data { layout: name } => {
                 let layout = layout(name);
@@ -369,6 +464,118 @@ pub(crate) const CPU_1_18: Reader = Reader {
             dra_without_resource_handles: false,
             then_decode_data: None,
         },
+    ],
+};
+
+/// A `checksum.New(cp)`-style step over `layout` whose printed root type name is `renamed`
+/// ("CPUManagerCheckpointV2" where the layout's root prints as "CPUManagerCheckpoint"): the
+/// text a version hashes when it verifies with its own, renamed struct.
+const fn spew_as(layout: &'static str, renames: &'static [Rename], zero_accepted: bool) -> Step {
+    Step::Spew {
+        layout,
+        hashed: Hashed::PtrToRoot,
+        renames,
+        zero_accepted,
+        dra_without_resource_handles: false,
+        then_decode_data: None,
+    }
+}
+
+/// The CPU manager's V1 step as v1.18-v1.36 try it (legacy name).
+const CPU_V1_LEGACY: Step = spew_as(
+    "cpu-v1-1.18",
+    &[("CPUManagerCheckpointV1", "CPUManagerCheckpoint", 1)],
+    true,
+);
+/// V2 verified under its own name `CPUManagerCheckpointV2` (v1.36+, `ck.Verify(cp)`, only with
+/// PodLevelResourceManagers disabled).
+const CPU_V2_OWN_NAME: Step = spew_as(
+    "cpu-v2-1.18",
+    &[("CPUManagerCheckpoint", "CPUManagerCheckpointV2", 1)],
+    true,
+);
+/// V2 under the legacy name `CPUManagerCheckpoint`: what v1.18-v1.35 write and v1.36+ write
+/// for V2.
+const CPU_V2_LEGACY: Step = spew_as("cpu-v2-1.18", &[], true);
+
+/// CPU manager v1.36 with PodLevelResourceManagers disabled (its default): V2, then V1.
+pub(crate) const CPU_1_36: Reader = Reader {
+    source: "kubernetes v1.36.5 pkg/kubelet/cm/cpumanager/state/state_checkpoint.go restoreState, loadAndMigrateCheckpointV2",
+    steps: &[CPU_V2_OWN_NAME, CPU_V2_LEGACY, CPU_V1_LEGACY],
+};
+
+/// CPU manager v1.36 with PodLevelResourceManagers enabled: V3 (no zero-checksum pass), then
+/// V2 (legacy name only), then V1.
+pub(crate) const CPU_1_36_POD_LEVEL: Reader = Reader {
+    source: "kubernetes v1.36.5 pkg/kubelet/cm/cpumanager/state/state_checkpoint.go restoreState, loadAndMigrateCheckpointV3",
+    steps: &[spew_as("cpu-v3-1.36", &[], false), CPU_V2_LEGACY, CPU_V1_LEGACY],
+};
+
+const CPU_V4: Step = Step::DataEnvelope {
+    layout: "cpu-v4-1.37",
+    data_layout: "cpu-v4-data-1.37",
+    what: "cpu manager",
+};
+/// v1.37's V3 step: its own name `CPUManagerCheckpointV3`, then the legacy name (what v1.36
+/// writes).
+const CPU_V3_1_37: [Step; 2] = [
+    spew_as(
+        "cpu-v3-1.36",
+        &[("CPUManagerCheckpoint", "CPUManagerCheckpointV3", 1)],
+        false,
+    ),
+    spew_as("cpu-v3-1.36", &[], false),
+];
+
+/// CPU manager v1.37 with PodLevelResourceManagers disabled (its default): V4, then V3, then
+/// V2; no V1.
+pub(crate) const CPU_1_37: Reader = Reader {
+    source: "kubernetes v1.37.2 pkg/kubelet/cm/cpumanager/state/state_checkpoint.go loadAndMigrateCheckpointV4",
+    steps: &[CPU_V4, CPU_V3_1_37[0], CPU_V3_1_37[1], CPU_V2_OWN_NAME, CPU_V2_LEGACY],
+};
+
+/// CPU manager v1.37 with PodLevelResourceManagers enabled: as [`CPU_1_37`] without V2's
+/// own-name pass.
+pub(crate) const CPU_1_37_POD_LEVEL: Reader = Reader {
+    source: "kubernetes v1.37.2 pkg/kubelet/cm/cpumanager/state/state_checkpoint.go loadAndMigrateCheckpointV4",
+    steps: &[CPU_V4, CPU_V3_1_37[0], CPU_V3_1_37[1], CPU_V2_LEGACY],
+};
+
+/// Memory manager V1 under the legacy name `MemoryManagerCheckpoint` (what v1.21-v1.35 write).
+const MEMORY_V1_LEGACY: Step = spew_as("memory-1.21", &[], true);
+
+/// Memory manager v1.36 with PodLevelResourceManagers disabled (its default): V1 only, under
+/// its own name `MemoryManagerCheckpointV1`, then the legacy one.
+pub(crate) const MEMORY_1_36: Reader = Reader {
+    source: "kubernetes v1.36.5 pkg/kubelet/cm/memorymanager/state/state_checkpoint.go restoreState, checkpoint.go VerifyChecksum",
+    steps: &[
+        spew_as(
+            "memory-1.21",
+            &[("MemoryManagerCheckpoint", "MemoryManagerCheckpointV1", 1)],
+            true,
+        ),
+        MEMORY_V1_LEGACY,
+    ],
+};
+
+/// Memory manager v1.36 with PodLevelResourceManagers enabled: V2 (`checksum.New`, no
+/// zero-checksum pass), then V1 (legacy name only).
+pub(crate) const MEMORY_1_36_POD_LEVEL: Reader = Reader {
+    source: "kubernetes v1.36.5 pkg/kubelet/cm/memorymanager/state/state_checkpoint.go loadAndMigrateCheckpointV2",
+    steps: &[spew_as("memory-v2-1.36", &[], false), MEMORY_V1_LEGACY],
+};
+
+/// Memory manager v1.37, whatever the gate: V3, then V2 (legacy name), then V1 (legacy name).
+pub(crate) const MEMORY_1_37: Reader = Reader {
+    source: "kubernetes v1.37.2 pkg/kubelet/cm/memorymanager/state/state_checkpoint.go loadAndMigrateCheckpointV3",
+    steps: &[
+        Step::DataEnvelope {
+            layout: "memory-v3-1.37",
+            data_layout: "memory-v3-data-1.37",
+            what: "memory manager",
+        },
+        spew_as("memory-v2-1.36", &[], false),
+        MEMORY_V1_LEGACY,
     ],
 };
 

@@ -200,10 +200,12 @@ func status131Empty() []byte {
 
 func status132Resized() []byte {
 	cp := must(status132.NewCheckpoint(&status132.PodResourceAllocationInfo{
-		AllocationEntries: map[string]map[string]v1.ResourceList{
-			"a6f5e0f2-1d7c-4c38-8d0e-7d3f1e2b9c44": {"app": resources(`{"cpu":"500m","memory":"1Gi"}`)},
+		AllocationEntries: map[string]map[string]v1.ResourceRequirements{
+			"a6f5e0f2-1d7c-4c38-8d0e-7d3f1e2b9c44": {"app": {
+				Requests: resources(`{"cpu":"500m","memory":"1Gi"}`),
+				Limits:   resources(`{"cpu":"1","memory":"1Gi"}`),
+			}},
 		},
-		ResizeStatusEntries: map[string]v1.PodResizeStatus{"a6f5e0f2-1d7c-4c38-8d0e-7d3f1e2b9c44": "InProgress"},
 	}))
 	return must(json.Marshal(cp))
 }

@@ -12,10 +12,12 @@ import (
 	v1 "rehash/ckpt/v1"
 )
 
-// PodResourceAllocationInfo is state.PodResourceAllocationInfo.
+// PodResourceAllocationInfo is state.PodResourceAllocationInfo: requests and limits per
+// container (v1.ResourceRequirements), no resize status. (An earlier transcription had the
+// ResourceList and resizeStatusEntries of a pre-release draft; the module code of v1.32.0 and
+// v1.32.13, run by ../../module, showed the released shape.)
 type PodResourceAllocationInfo struct {
-	AllocationEntries   map[string]map[string]v1.ResourceList `json:"allocationEntries,omitempty"`
-	ResizeStatusEntries map[string]v1.PodResizeStatus         `json:"resizeStatusEntries,omitempty"`
+	AllocationEntries map[string]map[string]v1.ResourceRequirements `json:"allocationEntries,omitempty"`
 }
 
 // Checkpoint is state.Checkpoint.
