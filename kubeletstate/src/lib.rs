@@ -115,9 +115,18 @@ impl CheckpointKind {
 
     /// When the target kubelet reads the file at all (its feature gate and that gate's
     /// default in the target version).
-    fn condition(self, target: KubeletVersion) -> Option<&'static str> {
+    fn condition(self, target: KubeletVersion, gates: FeatureGates) -> Option<&'static str> {
         let minor = target.minor();
         match self {
+            CheckpointKind::CpuManager | CheckpointKind::MemoryManager
+                if (36..=37).contains(&minor) =>
+            {
+                Some(if gates.pod_level_resource_managers(target) {
+                    "judged as read with the PodLevelResourceManagers feature gate enabled (the kubelet's config.yaml enables it)"
+                } else {
+                    "judged as read with the PodLevelResourceManagers feature gate disabled (its default in v1.36 and v1.37; enabled in the kubelet's config.yaml, the v1.36 reading differs)"
+                })
+            }
             CheckpointKind::DraManager if minor >= 34 => Some(
                 "read unless the DynamicResourceAllocation feature gate is disabled (GA, on by default from v1.34)",
             ),
@@ -262,7 +271,21 @@ pub enum Error {
 /// files that are not JSON or not of a known shape are errors, and nothing is judged then.
 /// `kubelet_dir` itself may be a symbolic link (nodes often link /var/lib/kubelet to a data
 /// disk); it must be a directory.
+///
+/// The target is judged with the feature gates of the kubelet's configuration file
+/// (`config.yaml` in `kubelet_dir`, as kubeadm lays it out; see [`FeatureGates::from_config`]),
+/// on the assumption that the new kubelet runs with the same configuration.
 pub fn scan_dir(kubelet_dir: &Path, target: KubeletVersion) -> Result<Vec<Finding>, Error> {
+    let gates = FeatureGates::from_kubelet_dir(kubelet_dir);
+    scan_dir_with_gates(kubelet_dir, target, gates)
+}
+
+/// [`scan_dir`] with the target's feature gates given.
+pub fn scan_dir_with_gates(
+    kubelet_dir: &Path,
+    target: KubeletVersion,
+    gates: FeatureGates,
+) -> Result<Vec<Finding>, Error> {
     match std::fs::metadata(kubelet_dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
@@ -297,7 +320,7 @@ pub fn scan_dir(kubelet_dir: &Path, target: KubeletVersion) -> Result<Vec<Findin
         let Some(bytes) = read_no_follow(&path)? else {
             continue;
         };
-        findings.push(check_bytes(&path, kind, &bytes, target)?);
+        findings.push(check_bytes_with_gates(&path, kind, &bytes, target, gates)?);
     }
     Ok(findings)
 }
@@ -367,6 +390,46 @@ pub struct FeatureGates {
 }
 
 impl FeatureGates {
+    /// The gates a kubelet configuration file sets (`featureGates:` of a KubeletConfiguration,
+    /// YAML or JSON): `PodLevelResourceManagers: true` (or `false`, the name quoted or not).
+    /// The gate's name appears nowhere else in a kubelet configuration, so finding it is enough
+    /// without a YAML parser; a gate given by `--feature-gates` on the command line is not seen.
+    pub fn from_config(text: &str) -> FeatureGates {
+        const GATE: &str = "PodLevelResourceManagers";
+        let mut gates = FeatureGates::default();
+        // every occurrence, in YAML (`Gate: true`) or JSON on any line (`"Gate":true,`); the
+        // last one wins, as a later key does in both
+        for (at, _) in text.match_indices(GATE) {
+            let rest = text[at + GATE.len()..].trim_start_matches(['"', '\'']);
+            let Some(value) = rest.trim_start_matches([' ', '\t']).strip_prefix(':') else {
+                continue;
+            };
+            let value = value.trim_start_matches([' ', '\t']);
+            let word: String = value
+                .chars()
+                .take_while(|c| c.is_ascii_alphabetic())
+                .collect();
+            match word.as_str() {
+                "true" => gates.pod_level_resource_managers = Some(true),
+                "false" => gates.pod_level_resource_managers = Some(false),
+                _ => {}
+            }
+        }
+        gates
+    }
+
+    /// [`FeatureGates::from_config`] of `<kubelet_dir>/config.yaml` when it is a regular file;
+    /// the defaults otherwise.
+    pub fn from_kubelet_dir(kubelet_dir: &Path) -> FeatureGates {
+        let path = kubelet_dir.join("config.yaml");
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => std::fs::read(&path)
+                .map(|b| FeatureGates::from_config(&String::from_utf8_lossy(&b)))
+                .unwrap_or_default(),
+            _ => FeatureGates::default(),
+        }
+    }
+
     fn pod_level_resource_managers(self, target: KubeletVersion) -> bool {
         target.minor() >= 36 && self.pod_level_resource_managers.unwrap_or(false)
     }
@@ -426,14 +489,26 @@ pub fn judge_with_gates(
     Ok((judgement, format))
 }
 
-/// Judges one file's bytes as `kind` for `target` and says what to do about it.
+/// Judges one file's bytes as `kind` for `target` (default feature gates) and says what to do
+/// about it.
 pub fn check_bytes(
     path: &Path,
     kind: CheckpointKind,
     bytes: &[u8],
     target: KubeletVersion,
 ) -> Result<Finding, Error> {
-    let (judgement, format) = judge(path, kind, bytes, target)?;
+    check_bytes_with_gates(path, kind, bytes, target, FeatureGates::default())
+}
+
+/// [`check_bytes`] for a target running with `gates`.
+pub fn check_bytes_with_gates(
+    path: &Path,
+    kind: CheckpointKind,
+    bytes: &[u8],
+    target: KubeletVersion,
+    gates: FeatureGates,
+) -> Result<Finding, Error> {
+    let (judgement, format) = judge_with_gates(path, kind, bytes, target, gates)?;
     let severity = match judgement.verdict {
         Verdict::Rejected { .. } => kind.rejection_severity(),
         Verdict::Undetermined { .. } => Severity::Warn,
@@ -453,7 +528,7 @@ pub fn check_bytes(
         format,
         verdict: judgement.verdict,
         severity,
-        condition: kind.condition(target),
+        condition: kind.condition(target, gates),
         source: judgement.source,
         reference: kind.reference(),
         remedy,

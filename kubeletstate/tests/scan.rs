@@ -301,3 +301,84 @@ fn an_undecidable_structured_handle_is_a_warning_not_a_guess() {
     let f = &scan_dir(dir.path(), v("1.31")).unwrap()[0];
     assert!(matches!(f.verdict, Verdict::Rejected { .. }), "{f:#?}");
 }
+
+fn module_case(case: &str, file: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/checkpoints-module")
+            .join(case)
+            .join(file),
+    )
+    .unwrap()
+}
+
+/// A kubelet directory as 1.36 with PodLevelResourceManagers leaves it: CPU V3 and memory V2,
+/// both with pod entries, written by the real 1.36.5 code; `config` is its config.yaml.
+fn node_1_36_pod_level(config: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (case, file) in [
+        ("cpu-static-1.36-plrm", "cpu_manager_state"),
+        ("memory-static-1.36-plrm", "memory_manager_state"),
+    ] {
+        std::fs::write(dir.path().join(file), module_case(case, file)).unwrap();
+    }
+    if let Some(c) = config {
+        std::fs::write(dir.path().join("config.yaml"), c).unwrap();
+    }
+    dir
+}
+
+fn verdicts(dir: &Path, target: &str) -> Vec<(CheckpointKind, &'static str)> {
+    scan_dir(dir, v(target))
+        .unwrap()
+        .into_iter()
+        .map(|f| {
+            let name = match f.verdict {
+                Verdict::Accepted => "accepted",
+                Verdict::Rejected { .. } => "rejected",
+                Verdict::NotRead { .. } => "not read",
+                Verdict::Undetermined { .. } => "undetermined",
+            };
+            (f.kind, name)
+        })
+        .collect()
+}
+
+#[test]
+fn the_kubelets_config_yaml_decides_how_1_36_reads_the_pod_level_checkpoints() {
+    let kubeadm = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  PodLevelResourceManagers: true\ncpuManagerPolicy: static\n";
+    let json =
+        r#"{"kind":"KubeletConfiguration","featureGates":{"PodLevelResourceManagers":true}}"#;
+    let both = |name| {
+        vec![
+            (CheckpointKind::CpuManager, name),
+            (CheckpointKind::MemoryManager, name),
+        ]
+    };
+    for config in [kubeadm, json, &json.replace(":true", ": true")] {
+        let node = node_1_36_pod_level(Some(config));
+        assert_eq!(
+            verdicts(node.path(), "1.36"),
+            both("accepted"),
+            "kubelet 1.36 with the gate on (config.yaml {config:?}) reads its own pod-level checkpoints"
+        );
+        assert_eq!(
+            verdicts(node.path(), "1.35"),
+            both("rejected"),
+            "a back-out to 1.35 refuses them, gate or not"
+        );
+        assert_eq!(verdicts(node.path(), "1.37"), both("accepted"));
+    }
+    for config in [
+        None,
+        Some("featureGates:\n  PodLevelResourceManagers: false\n"),
+        Some("featureGates:\n  PodLevelResources: true\n"),
+    ] {
+        let node = node_1_36_pod_level(config);
+        assert_eq!(
+            verdicts(node.path(), "1.36"),
+            both("rejected"),
+            "kubelet 1.36 without the gate (config.yaml {config:?}) refuses the pod-level checkpoints"
+        );
+    }
+}

@@ -728,6 +728,104 @@ fn rollback_keeps_the_checkpoint_a_newer_kubelet_wrote_and_puts_ours_back() {
     }
 }
 
+/// Issue 38: the CPU (V3) and memory (V2) checkpoints kubelet 1.36 writes with
+/// PodLevelResourceManagers on, made by the real 1.36.5 code (fixtures/checkpoints-module).
+/// The real kubelets refuse them below 1.36 and on 1.36 without the gate, accept them on 1.37:
+/// the plan says so per target and the kubelet's config.yaml, and `--set-aside-checkpoints`
+/// moves them out of a back-out's way with a byte-exact rollback.
+#[test]
+fn the_pod_level_checkpoints_of_1_36_block_a_back_out_and_are_set_aside_with_rollback() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    let kd = n.tmp.path().join("var-lib-kubelet");
+    std::fs::create_dir_all(&kd).unwrap();
+    let mut files = Vec::new();
+    for (case, file) in [
+        ("cpu-static-1.36-plrm", "cpu_manager_state"),
+        ("memory-static-1.36-plrm", "memory_manager_state"),
+    ] {
+        let bytes = std::fs::read(
+            common::fixtures()
+                .join("checkpoints-module")
+                .join(case)
+                .join(file),
+        )
+        .unwrap();
+        std::fs::write(kd.join(file), &bytes).unwrap();
+        files.push((kd.join(file), bytes));
+    }
+    let rejected = |p: &Plan| -> Vec<String> {
+        let mut f: Vec<String> = p
+            .hazards
+            .iter()
+            .filter(|h| h.code == "checkpoint-rejected")
+            .flat_map(|h| {
+                assert_eq!(h.severity, rehash::Severity::Block, "{h:?}");
+                h.files.clone()
+            })
+            .collect();
+        f.sort();
+        f
+    };
+    let both: Vec<String> = files.iter().map(|(p, _)| p.display().to_string()).collect();
+
+    let back = plan_with(&n, &pods, "1.35", &with_kubelet_dir(&kd));
+    assert_eq!(
+        rejected(&back),
+        both,
+        "a back-out to 1.35 is blocked on both pod-level checkpoints"
+    );
+    assert_eq!(
+        rejected(&plan_with(&n, &pods, "1.36", &with_kubelet_dir(&kd))),
+        both,
+        "1.36 without the gate in config.yaml refuses them too"
+    );
+    assert!(
+        rejected(&plan_with(&n, &pods, "1.37", &with_kubelet_dir(&kd))).is_empty(),
+        "1.37 reads them"
+    );
+    std::fs::write(
+        kd.join("config.yaml"),
+        "kind: KubeletConfiguration\nfeatureGates:\n  PodLevelResourceManagers: true\n",
+    )
+    .unwrap();
+    assert!(
+        rejected(&plan_with(&n, &pods, "1.36", &with_kubelet_dir(&kd))).is_empty(),
+        "1.36 with the gate in its config.yaml reads them"
+    );
+    assert_eq!(
+        rejected(&plan_with(&n, &pods, "1.35", &with_kubelet_dir(&kd))),
+        both,
+        "the gate does not help 1.35"
+    );
+
+    let store = n.location.open().unwrap();
+    let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+    opts.set_aside_checkpoints = true;
+    let done = rehash::patch(&back, store.as_ref(), &opts, &rehash::Silent).unwrap();
+    let mut set_aside = done.set_aside.clone();
+    set_aside.sort();
+    assert_eq!(
+        set_aside,
+        files.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+        "both files are set aside"
+    );
+    assert!(files.iter().all(|(p, _)| !p.exists()));
+    assert!(
+        rejected(&plan_with(&n, &pods, "1.35", &with_kubelet_dir(&kd))).is_empty(),
+        "nothing left to block a 1.35 start"
+    );
+    rehash::rollback(&opts.dir, &n.location, false).unwrap();
+    for (p, bytes) in &files {
+        assert_eq!(
+            &std::fs::read(p).unwrap(),
+            bytes,
+            "rollback puts {} back byte for byte",
+            p.display()
+        );
+    }
+}
+
 #[test]
 fn checkpoint_verdicts_follow_the_version_pair() {
     let n = node("containerd-1.7");
