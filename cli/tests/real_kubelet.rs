@@ -562,6 +562,76 @@ fn resize_in_place(lab: &Lab) {
     }
 }
 
+/// What the real kubelet does when the allocation manager's checkpoints of a pod resized in
+/// place are gone (issue 38: "where the kubelet recreates state on its own"): for each of
+/// `actuated_pods_state`, `allocated_pods_state` and both, the kubelet is stopped, the file(s)
+/// moved aside, the kubelet started again. Asserted: no container restarts, the resized
+/// container keeps its resized limit, and the kubelet writes the file(s) again. Returns one
+/// line per case for the report.
+fn allocation_state_recreated(lab: &Lab, version: &str, pair: &str) -> Vec<String> {
+    let kubelet_dir = Path::new(lab.var("KUBELET_DIR"));
+    let mut report = Vec::new();
+    for gone in [
+        &["actuated_pods_state"][..],
+        &["allocated_pods_state"][..],
+        &["allocated_pods_state", "actuated_pods_state"][..],
+    ] {
+        let what = format!(
+            "{pair}: kubelet {version} started without {}",
+            gone.join(" and ")
+        );
+        let before = observe(lab);
+        sh(
+            Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
+            "stop-kubelet",
+        );
+        for f in gone {
+            let path = kubelet_dir.join(f);
+            assert!(path.is_file(), "{what}: {} exists before", path.display());
+            std::fs::remove_file(&path).unwrap();
+        }
+        sh(
+            Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
+            "start-kubelet",
+        );
+        wait_settled(lab, version, &what);
+        // the kubelet syncs every pod in these seconds: a restart or a resize it decides
+        // comes now
+        std::thread::sleep(Duration::from_secs(15));
+        wait_settled(lab, version, &what);
+        let after = observe(lab);
+        let restarted = restarted(&before, &after);
+        assert!(
+            restarted.is_empty(),
+            "{what}: no container restarts, yet {restarted:?} did"
+        );
+        let p = lab.json(&["get", "pod", "resized"]);
+        let status = &p["status"]["containerStatuses"][0];
+        assert_eq!(
+            (
+                status["resources"]["limits"]["cpu"].as_str(),
+                status["resources"]["requests"]["cpu"].as_str()
+            ),
+            (Some("300m"), Some("150m")),
+            "{what}: the resized container still runs with its resized resources: {status:#}"
+        );
+        let rewritten: Vec<&str> = gone
+            .iter()
+            .copied()
+            .filter(|f| kubelet_dir.join(f).is_file())
+            .collect();
+        assert_eq!(
+            rewritten, gone,
+            "{what}: the kubelet writes the file(s) again"
+        );
+        report.push(format!(
+            "{what}: 0 restarts, resize kept (cpu 150m/300m), {} written again",
+            gone.join(" and ")
+        ));
+    }
+    report
+}
+
 fn static_pod(name: &str, uid: Option<&str>) -> String {
     let uid = uid.map(|u| format!(", uid: {u}")).unwrap_or_default();
     idle_pod(&format!("name: {name}, namespace: default{uid}"), "")
@@ -898,6 +968,13 @@ fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
         restarted(&baseline_before, &observe(&lab)).is_empty(),
         "{pair}: a kubelet restarted as it is restarts no container"
     );
+
+    // ---- the allocation manager's checkpoints gone (a set-aside, a lost file) ----
+    if from_minor >= 33 {
+        for line in allocation_state_recreated(&lab, &from_v, &pair) {
+            eprintln!("real_kubelet: {line}");
+        }
+    }
 
     // ---- upgrade with the tool, then back out with it ----
     let pods = t.path().join("pods.json");
