@@ -50,8 +50,8 @@ tools/kubelet-checkpoints/run.sh
 # with the versions (tools/README.md), too long for every CI run.
 tools/container-schema/run.sh --check 1.36 1.37
 tools/kubelet-hash/run.sh --check 1.37
-# Every checkpoint file written by each kubelet 1.30-1.37 and read by each of them, with their
-# real state code (eight small builds of k8s.io/kubernetes packages, about a minute warm):
+# Every checkpoint file written by each kubelet 1.30-1.38 and read by each of them, with their
+# real state code (nine small builds of k8s.io/kubernetes packages, about a minute warm):
 # fixtures/checkpoints-module, which kubeletstate's module_matrix test holds the crate to.
 tools/kubelet-checkpoints/module/run.sh --check
 

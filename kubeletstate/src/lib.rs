@@ -119,12 +119,12 @@ impl CheckpointKind {
         let minor = target.minor();
         match self {
             CheckpointKind::CpuManager | CheckpointKind::MemoryManager
-                if (36..=37).contains(&minor) =>
+                if (36..=38).contains(&minor) =>
             {
                 Some(if gates.pod_level_resource_managers(target) {
                     "judged as read with the PodLevelResourceManagers feature gate enabled (the kubelet's config.yaml enables it)"
                 } else {
-                    "judged as read with the PodLevelResourceManagers feature gate disabled (its default in v1.36 and v1.37; enabled in the kubelet's config.yaml, the v1.36 reading differs)"
+                    "judged as read with the PodLevelResourceManagers feature gate disabled (its default in v1.36-v1.38; enabled in the kubelet's config.yaml, the v1.36 reading differs)"
                 })
             }
             CheckpointKind::DraManager if minor >= 34 => Some(
@@ -587,7 +587,11 @@ fn reader_for(kind: CheckpointKind, target: KubeletVersion, gates: FeatureGates)
         },
         CheckpointKind::AllocatedPods | CheckpointKind::ActuatedPods => match minor {
             ..=32 => Choice::NotRead("the allocation manager's checkpoints exist from v1.33 on"),
-            _ => Choice::Read(&readers::ALLOCATION_1_33),
+            33..=37 => Choice::Read(&readers::ALLOCATION_1_33),
+            38 => Choice::Read(&readers::ALLOCATION_1_38),
+            _ => Choice::Undetermined(
+                "the allocation manager's checkpoint of v1.39 and later is not in this tool's data",
+            ),
         },
         CheckpointKind::CpuManager => match minor {
             ..=9 => Choice::Undetermined("the CPU manager state of v1.8/v1.9 is not in this tool's data"),
@@ -595,10 +599,11 @@ fn reader_for(kind: CheckpointKind, target: KubeletVersion, gates: FeatureGates)
             18..=35 => Choice::Read(&readers::CPU_1_18),
             36 if pod_level => Choice::Read(&readers::CPU_1_36_POD_LEVEL),
             36 => Choice::Read(&readers::CPU_1_36),
-            37 if pod_level => Choice::Read(&readers::CPU_1_37_POD_LEVEL),
-            37 => Choice::Read(&readers::CPU_1_37),
+            // v1.38.0-beta.0's cpumanager/state is v1.37.2's, file for file
+            37..=38 if pod_level => Choice::Read(&readers::CPU_1_37_POD_LEVEL),
+            37..=38 => Choice::Read(&readers::CPU_1_37),
             _ => Choice::Undetermined(
-                "the CPU manager checkpoint of v1.38 and later is not in this tool's data",
+                "the CPU manager checkpoint of v1.39 and later is not in this tool's data",
             ),
         },
         CheckpointKind::DeviceManager => match minor {
@@ -613,9 +618,10 @@ fn reader_for(kind: CheckpointKind, target: KubeletVersion, gates: FeatureGates)
             21..=35 => Choice::Read(&readers::MEMORY_1_21),
             36 if pod_level => Choice::Read(&readers::MEMORY_1_36_POD_LEVEL),
             36 => Choice::Read(&readers::MEMORY_1_36),
-            37 => Choice::Read(&readers::MEMORY_1_37),
+            // v1.38.0-beta.0's memorymanager/state is v1.37.2's
+            37..=38 => Choice::Read(&readers::MEMORY_1_37),
             _ => Choice::Undetermined(
-                "the memory manager checkpoint of v1.38 and later is not in this tool's data",
+                "the memory manager checkpoint of v1.39 and later is not in this tool's data",
             ),
         },
     }
@@ -725,8 +731,10 @@ fn detect_format(
             })
         }
         CheckpointKind::AllocatedPods | CheckpointKind::ActuatedPods => {
-            if has("data") {
-                Ok("allocation envelope {data, checksum} (kubelet 1.33+)")
+            if has("data") && has("version") {
+                Ok("allocation envelope {version, data, checksum} (kubelet 1.38+)")
+            } else if has("data") {
+                Ok("allocation envelope {data, checksum} (kubelet 1.33-1.37)")
             } else {
                 Err(unknown(format!("members {{{}}}", names())))
             }

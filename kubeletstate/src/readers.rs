@@ -38,7 +38,9 @@ fn layout(name: &str) -> &'static Layout {
             "cpu-v4-data-1.37",
             "memory-v2-1.36",
             "memory-v3-1.37",
-            "memory-v3-data-1.37"
+            "memory-v3-data-1.37",
+            "allocation-envelope-1.38",
+            "allocation-data-1.38"
         )
     });
     &all.iter()
@@ -88,7 +90,18 @@ enum Step {
         data_layout: &'static str,
         what: &'static str,
     },
+    /// A `{version, data, checksum}` envelope (allocation manager, v1.38): `checksum.New(Data)`
+    /// must equal `Checksum`, then `Data` decodes into the layout of its `version`; any other
+    /// version is refused ("unsupported checkpoint version").
+    Versioned {
+        layout: &'static str,
+        versions: Versions,
+        what: &'static str,
+    },
 }
+
+/// The data layout of each checkpoint `version` a [`Step::Versioned`] reader knows.
+type Versions = &'static [(&'static str, &'static str)];
 
 /// A kubelet version's reading code for one file: steps tried in order, the next one only
 /// when the previous one fails.
@@ -314,6 +327,61 @@ impl Step {
                         reason: format!("{CORRUPT}: dataChecksum {stored}, computed {computed}"),
                         computed: Some(computed),
                     }
+                }
+            }
+            Step::Versioned {
+                layout: name,
+                versions,
+                what,
+            } => {
+                let layout = layout(name);
+                let v = match decoded(layout, node) {
+                    Ok(v) => v,
+                    Err(outcome) => return outcome,
+                };
+                let Val::Struct(fields) = &v else {
+                    unreachable!("roots are structs")
+                };
+                let (Val::Str(version), Val::Str(data)) = (
+                    &fields[layout.field_index("Version")],
+                    &fields[layout.field_index("Data")],
+                ) else {
+                    unreachable!("Version and Data are strings")
+                };
+                let stored = checksum_of(&v, layout, "Checksum");
+                let computed = hash_text(
+                    layout.spew(
+                        layout.field_type("Data"),
+                        &fields[layout.field_index("Data")],
+                    ),
+                    &[],
+                );
+                if computed != stored {
+                    return Outcome::Rejected {
+                        reason: format!("{CORRUPT}: stored {stored}, computed {computed}"),
+                        computed: Some(computed),
+                    };
+                }
+                let failed = |reason: String| Outcome::Rejected {
+                    reason: format!("{what}: {reason}"),
+                    computed: Some(computed),
+                };
+                let Some((_, data_layout)) = versions.iter().find(|(v, _)| v == version) else {
+                    let known: Vec<String> =
+                        versions.iter().map(|(v, _)| format!("{v:?}")).collect();
+                    return failed(format!(
+                        "unsupported checkpoint version {version:?}: this kubelet reads {}",
+                        known.join(" and ")
+                    ));
+                };
+                let inner = match hashcompat::parse_json(data.as_bytes()) {
+                    Ok(inner) => inner,
+                    Err(e) => return failed(e.to_string()),
+                };
+                match decoded(self::layout(data_layout), &inner) {
+                    Ok(_) => Outcome::Accepted { computed },
+                    Err(Outcome::Rejected { reason, .. }) => failed(reason),
+                    Err(other) => other,
                 }
             }
             Step::Crc32Data { layout: name } => {
@@ -635,7 +703,20 @@ pub(crate) const MEMORY_1_21: Reader = Reader {
     }],
 };
 
-/// Allocation manager (allocated_pods_state, actuated_pods_state), v1.33 and later.
+/// Allocation manager, v1.38: unversioned (v1.33-v1.37, migrated) and "v2" checkpoints. The
+/// protobuf PodList inside "v2" data is not decoded: its bytes are under the checksum, so a
+/// file that passes holds what a kubelet's `PodList.Marshal` wrote, and protobuf decoding
+/// skips the fields a reader does not know.
+pub(crate) const ALLOCATION_1_38: Reader = Reader {
+    source: "kubernetes v1.38.0-beta.0 pkg/kubelet/allocation/state/state_checkpoint.go restoreState, checkpoint_v2.go GetPodList",
+    steps: &[Step::Versioned {
+        layout: "allocation-envelope-1.38",
+        versions: &[("", "allocation-data-1.33"), ("v2", "allocation-data-1.38")],
+        what: "failed to get pod resource information",
+    }],
+};
+
+/// Allocation manager (allocated_pods_state, actuated_pods_state), v1.33 to v1.37.
 pub(crate) const ALLOCATION_1_33: Reader = Reader {
     source: "kubernetes v1.33+ pkg/kubelet/allocation/state/state_checkpoint.go restoreState",
     steps: &[Step::Spew {

@@ -1,4 +1,4 @@
-//! Every (writer, reader) pair of kubelet 1.30-1.37 for every checkpoint file, as the real
+//! Every (writer, reader) pair of kubelet 1.30-1.38 (1.38.0-beta.0) for every checkpoint file, as the real
 //! kubelet code of both versions decides it (fixtures/checkpoints-module, made by
 //! tools/kubelet-checkpoints/module/run.sh from k8s.io/kubernetes at each release): the crate
 //! must reach the same verdict for every one, with the reader's feature gates.
@@ -67,7 +67,7 @@ fn kind_of(file: &str) -> CheckpointKind {
 }
 
 #[test]
-fn every_writer_reader_pair_of_1_30_to_1_37_gets_the_real_kubelets_verdict() {
+fn every_writer_reader_pair_of_1_30_to_1_38_gets_the_real_kubelets_verdict() {
     let cases = cases();
     let mut checked = 0;
     let mut wrong = Vec::new();
@@ -107,16 +107,16 @@ fn every_writer_reader_pair_of_1_30_to_1_37_gets_the_real_kubelets_verdict() {
         wrong.len(),
         wrong.join("\n")
     );
-    // the matrix is complete: 8 readers for every case, and each kind written by each version
+    // the matrix is complete: 9 readers for every case, and each kind written by each version
     // that has it (a case lost from the fixtures would otherwise pass unnoticed)
     assert_eq!(
         cases.len(),
-        69,
-        "fixtures/checkpoints-module has the 69 generated cases"
+        81,
+        "fixtures/checkpoints-module has the 81 generated cases"
     );
     assert_eq!(
-        checked, 568,
-        "568 (case, reader, gates) verdicts are compared"
+        checked, 765,
+        "765 (case, reader, gates) verdicts are compared"
     );
 }
 
@@ -152,4 +152,43 @@ fn the_pod_level_formats_of_1_36_are_refused_by_every_earlier_kubelet_and_by_1_3
             j.verdict
         );
     }
+}
+
+#[test]
+fn kubelet_1_38_refuses_an_allocation_checkpoint_of_a_version_it_does_not_know() {
+    // checkpoint.go GetPodList of 1.38.0-beta.0: "" and "v2" are read, anything else is
+    // "unsupported checkpoint version"; the checksum covers Data only, so an edited version
+    // passes the checksum and fails there. Older kubelets ignore the member.
+    let all = cases();
+    let (case, bytes) = all
+        .iter()
+        .find(|(c, _)| c.case == "allocated-1.38")
+        .expect("the case exists");
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(text.starts_with(r#"{"version":"v2","#), "{text}");
+    let v3 = text.replacen(r#""version":"v2""#, r#""version":"v3""#, 1);
+    let judge_at = |bytes: &[u8], target: &str| {
+        judge_with_gates(
+            Path::new(&case.file),
+            CheckpointKind::AllocatedPods,
+            bytes,
+            target.parse().unwrap(),
+            FeatureGates::default(),
+        )
+        .unwrap()
+        .0
+        .verdict
+    };
+    match judge_at(v3.as_bytes(), "1.38") {
+        Verdict::Rejected { reason } => assert!(
+            reason.contains("unsupported checkpoint version \"v3\""),
+            "{reason}"
+        ),
+        other => panic!("1.38 reads a v3 allocation checkpoint: {other:?}"),
+    }
+    assert_eq!(
+        judge_at(v3.as_bytes(), "1.37"),
+        Verdict::Accepted,
+        "1.37 ignores the version member"
+    );
 }

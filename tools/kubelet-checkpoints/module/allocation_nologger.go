@@ -1,4 +1,4 @@
-//go:build alloc && !alloclogger
+//go:build alloc && !alloclogger && !allocmask
 
 package main
 

@@ -6,7 +6,7 @@
 #
 # VERSION: an exact release (1.37.2) or a minor (1.37: its newest patch the Go module proxy
 # serves, ../k8s-module.sh). Default: the releases the committed fixtures were made with
-# (1.30.14 1.31.14 1.32.13 1.33.13 1.34.12 1.35.8 1.36.5 1.37.2), so a patch the proxy starts
+# (1.30.14 1.31.14 1.32.13 1.33.13 1.34.12 1.35.8 1.36.5 1.37.2 1.38.0-beta.0), so a patch the proxy starts
 # serving later does not change what --check compares. Per version:
 # a module in $KUBELET_REHASH_CACHE (default /var/cache/kubelet-rehash)/kubelet-checkpoints/<ver>
 # outside the clone with main.go and the adapters of this directory, built with the build tags
@@ -47,7 +47,7 @@ for a in "$@"; do
         *) versions+=("$a") ;;
     esac
 done
-[ "${#versions[@]}" -gt 0 ] || versions=(1.30.14 1.31.14 1.32.13 1.33.13 1.34.12 1.35.8 1.36.5 1.37.2)
+[ "${#versions[@]}" -gt 0 ] || versions=(1.30.14 1.31.14 1.32.13 1.33.13 1.34.12 1.35.8 1.36.5 1.37.2 1.38.0-beta.0)
 
 # the build tags that fit the API of the source tree $1
 tags_for() {
@@ -63,6 +63,7 @@ tags_for() {
     if [ -f "$k/allocation/state/state_checkpoint.go" ]; then
         t+=(alloc)
         grep -q '^func NewStateCheckpoint(logger' "$k/allocation/state/state_checkpoint.go" && t+=(alloclogger)
+        grep -q '^func NewStateCheckpoint(.*maskFn' "$k/allocation/state/state_checkpoint.go" && t+=(allocmask)
     fi
     if [ -f "$k/cm/dra/state/checkpointer.go" ]; then t+=(dra131)
     elif [ -f "$k/cm/dra/state/state_checkpoint.go" ]; then t+=(dra130)
@@ -90,9 +91,11 @@ build() { # minor -> "full binary" on stdout
     full="$(resolve_version "$1")"
     work="$cache/$full"
     mkdir -p "$work"
-    (cd "$work" && nice go mod download "k8s.io/kubernetes@v$full") >/dev/null 2>&1 \
-        || die "$full: the Go module proxy refuses k8s.io/kubernetes@v$full"
     src="$(go env GOMODCACHE)/k8s.io/kubernetes@v$full"
+    # (a release needing a newer Go is downloaded by that toolchain)
+    [ -f "$src/go.mod" ] || (cd "$work" && nice go mod download "k8s.io/kubernetes@v$full") >/dev/null 2>&1 \
+        || (cd "$work" && GOTOOLCHAIN="${NEWER_GOTOOLCHAIN:-go1.27.3}" nice go mod download "k8s.io/kubernetes@v$full") >/dev/null 2>&1 \
+        || die "$full: the Go module proxy refuses k8s.io/kubernetes@v$full"
     if [ ! -f "$work/go.mod.in" ] || ! grep -q "k8s.io/kubernetes v$full\$" "$work/go.mod.in"; then
         log "$full: resolving the staging modules"
         k8s_module_gomod kubeletcheckpoints "$full" "$src" > "$work/go.mod.in"
@@ -100,6 +103,17 @@ build() { # minor -> "full binary" on stdout
     cp "$work/go.mod.in" "$work/go.mod"
     rm -f "$work/go.sum" "$work"/*.go
     tags="$(tags_for "$src")"
+    # a release that needs a newer Go than the one installed (1.38 needs 1.27) is built with
+    # that toolchain, which the go command fetches once from the proxy
+    local need have
+    need="$(sed -n 's/^go \([0-9]*\.[0-9]*\).*/\1/p' "$src/go.mod")"
+    have="$(go env GOVERSION | sed 's/^go\([0-9]*\.[0-9]*\).*/\1/')"
+    if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | tail -1)" != "$have" ]; then
+        export GOTOOLCHAIN="${NEWER_GOTOOLCHAIN:-go1.27.3}"
+        log "$full: needs Go $need, built with $GOTOOLCHAIN"
+    else
+        export GOTOOLCHAIN=local
+    fi
     # only the files this version's tags select: `go mod tidy` looks at every build tag at once
     # and would chase the packages the other versions' adapters import
     for f in "$here"/*.go; do
