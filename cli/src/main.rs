@@ -2,6 +2,7 @@
 //! containers. Flags in, the `rehash` library's typed results out as tables, JSON and exit
 //! codes; no workflow logic and no runtime-specific code lives here.
 
+mod api_pods;
 mod dist;
 mod hash_cmd;
 mod render;
@@ -46,12 +47,15 @@ mod exit {
 const EXIT_CODES_HELP: &str = "Exit codes:
   0  done / verified
   1  unexpected failure (or, for `hash`, some input could not be hashed)
-  2  usage error (bad flags, unknown versions, unreadable pods file)
+  2  usage error (bad flags, unknown versions, unreadable pods file or kubeconfig)
   3  refused: runtime running, store locked by another run, pre-check failed, a
-     block hazard, another node's pods file, store changed since the backup, an
-     untrusted backup or one of another store
+     block hazard, another node's pods file (or --node-name not the node whose
+     credential is used, a Node the API server does not know), store changed
+     since the backup, an untrusted backup or one of another store
   4  finished, but some containers are unproven and will restart (plan/patch),
-     or verification failed (verify)";
+     or verification failed (verify)
+  5  the API server could not be asked: unreachable, not trusted (TLS), the
+     credential expired or not accepted (401), not allowed (403); nothing changed";
 
 #[derive(Parser)]
 #[command(
@@ -137,9 +141,9 @@ enum Command {
     /// With --live: ask the restarted runtime for every rewritten container's hash, state and pid.
     #[command(after_help = EXIT_CODES_HELP)]
     Verify {
-        /// The pods file, as for `plan` (not needed with --live).
-        #[arg(long, required_unless_present = "live")]
-        pods: Option<PathBuf>,
+        /// The pods, as for `plan` (not needed with --live).
+        #[command(flatten)]
+        source: api_pods::PodsFlags,
         /// The kubelet version the node was upgraded to (not needed with --live).
         #[arg(long, required_unless_present = "live")]
         to: Option<String>,
@@ -315,10 +319,8 @@ impl StoreFlags {
 
 #[derive(Args, Clone)]
 struct PlanFlags {
-    /// `kubectl get pods -A --field-selector spec.nodeName=NODE -o json` (PodList, List or Pod),
-    /// taken after the control plane was upgraded; `-` for stdin.
-    #[arg(long)]
-    pods: PathBuf,
+    #[command(flatten)]
+    source: api_pods::PodsFlags,
     /// The kubelet version the node is upgraded to.
     #[arg(long)]
     to: String,
@@ -413,6 +415,7 @@ impl NodeFlags {
             kubelet_dir,
             // the hierarchy this process sees is the host's kind (v1 or v2), in a Job too
             cgroup_fs: None,
+            api: None,
         })
     }
 }
@@ -510,7 +513,7 @@ fn parse_versions(args: &[String]) -> Result<Vec<KubeletVersion>, String> {
 /// `verify`. Flags are checked before anything is read, so a bad `--to` never touches the
 /// store.
 fn plan_node(
-    pods: &Path,
+    source: &api_pods::PodsFlags,
     to: &str,
     from: &str,
     store: &StoreFlags,
@@ -520,14 +523,15 @@ fn plan_node(
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
     let switch = node.switch_options(store)?;
-    let node = node.read(store)?;
+    let mut node = node.read(store)?;
     let location = store.location()?;
     let store = location.open()?;
     let lock = lock
         .then(|| storepatch::lock::StoreLock::acquire(store.root()))
         .transpose()
         .map_err(Error::from)?;
-    let pods = read_source(Some(pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
+    let api_pods::Pods { bytes: pods, api } = source.read(location.host_root.as_deref(), false)?;
+    node.api = api;
     let (mut plan, networks) = Plan::build_with_networks(&pods, store.as_ref(), from, to, &node)?;
     rehash::cri_dockerd::plan_switch_with_networks(&mut plan, &networks, &switch)?;
     Ok((store, plan, lock))
@@ -549,7 +553,7 @@ fn plan_exit(plan: &Plan) -> u8 {
 
 fn cmd_plan(flags: &PlanFlags, output: Output, out: &mut dyn Write) -> Done {
     let (_, plan, _) = plan_node(
-        &flags.pods,
+        &flags.source,
         &flags.to,
         &flags.from,
         &flags.store,
@@ -613,7 +617,7 @@ fn cmd_patch(
         refuse_report_symlink(path)?;
     }
     let (store, plan, _lock) = plan_node(
-        &flags.pods,
+        &flags.source,
         &flags.to,
         &flags.from,
         &flags.store,
@@ -674,7 +678,7 @@ fn cmd_patch(
 }
 
 struct VerifyFlags<'a> {
-    pods: Option<&'a Path>,
+    source: &'a api_pods::PodsFlags,
     to: Option<&'a str>,
     from: &'a str,
     store: &'a StoreFlags,
@@ -709,11 +713,8 @@ fn cmd_verify(f: &VerifyFlags<'_>, output: Output, out: &mut dyn Write) -> Done 
             Ok(exit::INCOMPLETE)
         };
     }
-    let (pods, to) = (
-        f.pods.expect("clap: --pods required without --live"),
-        f.to.expect("clap: --to required without --live"),
-    );
-    let (_, plan, _) = plan_node(pods, to, f.from, f.store, f.node, false)?;
+    let to = f.to.expect("clap: --to required without --live");
+    let (_, plan, _) = plan_node(f.source, to, f.from, f.store, f.node, false)?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     let v = rehash::verify(&plan);
     if v.ok() {
@@ -881,7 +882,7 @@ fn main() -> ExitCode {
             &mut out,
         ),
         Command::Verify {
-            pods,
+            source,
             to,
             from,
             store,
@@ -892,7 +893,7 @@ fn main() -> ExitCode {
             output,
         } => cmd_verify(
             &VerifyFlags {
-                pods: pods.as_deref(),
+                source,
                 to: to.as_deref(),
                 from,
                 store,

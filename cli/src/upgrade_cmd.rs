@@ -3,10 +3,7 @@
 //! library's.
 
 use crate::render::Output;
-use crate::{
-    exit, parse_from, parse_version, read_source, write_report, Done, Failure, PlanFlags,
-    StoreFlags,
-};
+use crate::{exit, parse_from, parse_version, write_report, Done, Failure, PlanFlags, StoreFlags};
 use clap::Args;
 use rehash::upgrade::{
     KubeletFlags, SystemNode, UpgradeOptions, UpgradeReport, UpgradeResult, DEFAULT_HEALTHZ,
@@ -197,12 +194,13 @@ pub fn cmd_upgrade(
     if let Some(path) = &f.report {
         crate::refuse_report_symlink(path)?;
     }
-    let node_files = plan.node.read(&plan.store)?;
+    let mut node_files = plan.node.read(&plan.store)?;
     let cri_dockerd = plan.node.switch_options(&plan.store)?;
     let location = plan.store.location()?;
     let kind = location.open()?.kind();
-    let pods =
-        read_source(Some(&plan.pods), "pods file ", "pods from stdin").map_err(Failure::usage)?;
+    let crate::api_pods::Pods { bytes: pods, api } =
+        plan.source.read(location.host_root.as_deref(), false)?;
+    node_files.api = api;
     let backup_dir = match &f.backup_dir {
         Some(d) => d.clone(),
         None => location.default_backup_dir(kind)?,

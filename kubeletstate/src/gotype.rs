@@ -602,7 +602,7 @@ fn parse_uint(s: &str, bits: u32) -> Option<u64> {
 /// `\r` and `\n` skipped).
 fn base64_std(s: &str) -> Option<Vec<u8>> {
     let clean: Vec<u8> = s.bytes().filter(|&b| b != b'\r' && b != b'\n').collect();
-    if clean.len() % 4 != 0 {
+    if !clean.len().is_multiple_of(4) {
         return None;
     }
     let val = |c: u8| -> Option<u32> {

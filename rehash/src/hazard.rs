@@ -225,3 +225,80 @@ pub fn cgroup_v1_hazard(
     h.files = vec![config.display().to_string()];
     Some(h)
 }
+
+/// The version skew policy between the target kubelet and the API server it will talk to
+/// (https://kubernetes.io/releases/version-skew-policy/#kubelet): never newer than the API
+/// server, and at most three minors older (two before kubelet 1.25). Upgrading a kubelet past
+/// its control plane is how nodes go NotReady after an "in-place" upgrade: the API server must
+/// be upgraded first. Both are `block` hazards; an API server version that does not parse is a
+/// `warn`, the policy then unchecked.
+pub fn version_skew_hazards(api: &crate::plan::ApiFacts, to: KubeletVersion) -> Vec<Hazard> {
+    let reference = "https://kubernetes.io/releases/version-skew-policy/#kubelet";
+    let server: KubeletVersion = match api.server_version.parse() {
+        Ok(v) => v,
+        Err(_) => {
+            // a version beyond this tool's table (a newer control plane) still has a minor
+            let minor = api
+                .server_version
+                .trim_start_matches('v')
+                .split('.')
+                .nth(1)
+                .and_then(|m| m.parse::<u32>().ok());
+            match minor {
+                Some(m) if m > to.minor() => {
+                    let allowed = if to.minor() >= 25 { 3 } else { 2 };
+                    if m - to.minor() > allowed {
+                        return vec![Hazard::block(
+                            "kubelet-too-old-for-apiserver",
+                            format!(
+                                "API server {} is {} minors ahead of kubelet {to}; the skew policy allows {allowed}: upgrade the kubelet in steps or to a newer version",
+                                api.server_version,
+                                m - to.minor()
+                            ),
+                        )
+                        .reference(reference)];
+                    }
+                    return Vec::new();
+                }
+                _ => {
+                    return vec![Hazard::warn(
+                        "apiserver-version-unknown",
+                        format!(
+                            "API server {} reports version {:?}, which this tool cannot read: the version skew between it and kubelet {to} is not checked",
+                            api.server, api.server_version
+                        ),
+                    )]
+                }
+            }
+        }
+    };
+    let mut out = Vec::new();
+    if to.major() != server.major() || to.minor() > server.minor() {
+        out.push(
+            Hazard::block(
+                "kubelet-newer-than-apiserver",
+                format!(
+                    "kubelet {to} would be newer than API server {} ({}): the skew policy forbids it, and such a kubelet can leave the node NotReady; upgrade the control plane first",
+                    api.server_version, api.server
+                ),
+            )
+            .reference(reference),
+        );
+    } else {
+        let allowed = if to.minor() >= 25 { 3 } else { 2 };
+        let behind = server.minor() - to.minor();
+        if behind > allowed {
+            out.push(
+                Hazard::block(
+                    "kubelet-too-old-for-apiserver",
+                    format!(
+                        "kubelet {to} would be {behind} minors behind API server {}; the skew policy allows {allowed} for kubelet {to}: target a newer kubelet",
+                        api.server_version
+                    ),
+                )
+                .reference(reference),
+            );
+        }
+    }
+    out
+}

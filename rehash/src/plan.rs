@@ -75,6 +75,26 @@ pub struct NodeFiles {
     /// decides whether kubelet 1.35+ starts with the node's configuration
     /// ([`crate::hazard::cgroup_v1_hazard`]).
     pub cgroup_fs: Option<std::path::PathBuf>,
+    /// What the API server said, when the pods came from it: its version and the Node's
+    /// reported kubelet version decide `--from auto` where the hashes cannot and add the
+    /// version-skew hazards ([`crate::hazard::version_skew_hazards`]).
+    pub api: Option<ApiFacts>,
+}
+
+/// What the API server said of itself and of the node (issue 36), as plain data: the
+/// `nodeapi` crate asks, the plan judges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiFacts {
+    /// The API server's URL.
+    pub server: String,
+    /// Who asked (the client certificate's subject).
+    pub identity: String,
+    /// The API server's `gitVersion` (`v1.37.2`).
+    pub server_version: String,
+    /// The Node's name.
+    pub node: String,
+    /// The Node's `status.nodeInfo.kubeletVersion` (`v1.36.3`; empty when never reported).
+    pub node_kubelet_version: String,
 }
 
 /// One line of the plan (the JSON report's `records[]`; a stable contract, see docs/report.md).
@@ -359,15 +379,78 @@ impl Plan {
             scan,
             scan_ms,
         } = read;
-        let mut plan = make_plan(&PlanInput {
-            pods,
-            scan: &scan,
-            runtime: store.kind(),
-            root: store.root().display().to_string(),
-            from,
-            to,
-            manifests: node.manifests.as_ref(),
-        })?;
+        let build = |from: From| {
+            make_plan(&PlanInput {
+                pods,
+                scan: &scan,
+                runtime: store.kind(),
+                root: store.root().display().to_string(),
+                from,
+                to,
+                manifests: node.manifests.as_ref(),
+            })
+        };
+        let reported = node.api.as_ref().and_then(|a| {
+            a.node_kubelet_version
+                .parse::<KubeletVersion>()
+                .ok()
+                .map(|v| (v, a))
+        });
+        let mut plan = match (from, reported) {
+            (From::Auto, Some((v, api))) => match build(From::Auto) {
+                Ok(auto) if auto.from == Some(v) => auto,
+                Ok(auto) if auto.from_candidates.contains(&v) => {
+                    // the hashes allow several versions (1.23 and 1.24 hash every spec alike):
+                    // the running kubelet's own report decides
+                    let mut plan = build(From::Version(v))?;
+                    plan.warnings.push(format!(
+                        "--from auto: kubelet {v}, as Node {} reports it ({}); the stored hashes allow {}",
+                        api.node,
+                        api.node_kubelet_version,
+                        ranges(&auto.from_candidates.iter().copied().collect())
+                    ));
+                    plan.from_candidates = auto.from_candidates;
+                    plan
+                }
+                Ok(mut auto) => {
+                    let h = Hazard::block(
+                        "kubelet-version-disagrees",
+                        format!(
+                            "Node {} reports kubelet {} but the stored hashes prove {}: the node's containers were not created by the kubelet that runs (a kubelet swapped without restarting its pods, or the wrong node's API credentials): find out which is right, then give --from",
+                            api.node,
+                            api.node_kubelet_version,
+                            ranges(&auto.from_candidates.iter().copied().collect())
+                        ),
+                    );
+                    auto.warnings.push(h.message.clone());
+                    auto.hazards.push(h);
+                    auto
+                }
+                // no container to prove a version by: the Node's report is the version
+                Err(Error::NothingProven) => build(From::Version(v))?,
+                Err(e) => return Err(e),
+            },
+            (From::Version(f), Some((v, api))) if f != v => {
+                let mut plan = build(from)?;
+                let h = Hazard::warn(
+                    "kubelet-version-disagrees",
+                    format!(
+                        "--from {f} is given but Node {} reports kubelet {}: the plan proves each stored hash against {f}",
+                        api.node, api.node_kubelet_version
+                    ),
+                );
+                plan.warnings.push(h.message.clone());
+                plan.hazards.push(h);
+                plan
+            }
+            _ => build(from)?,
+        };
+        if let Some(api) = &node.api {
+            for h in crate::hazard::version_skew_hazards(api, to) {
+                plan.warnings.push(h.message.clone());
+                plan.hazards.push(h);
+            }
+        }
         for h in crate::hazard::checkpoint_hazards(&checkpoints, to) {
             plan.warnings.push(h.message.clone());
             plan.hazards.push(h);
