@@ -634,7 +634,9 @@ cmd_down() {
     local p
     for c in /sys/fs/cgroup/*/"$cgroup_root"; do
         [ -d "$c" ] || continue
-        find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null | while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
+        # (find fails when a cgroup vanishes under it as its processes die: with pipefail and
+        # set -e that ended `down` right here, leaving the runtime and control plane running)
+        { find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
     done
     stop_pid_of runtime 30
     for p in $(pgrep -f "containerd-shim.*-address $runtime_sock" || true); do kill -KILL "$p" 2>/dev/null || true; done

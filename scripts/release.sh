@@ -9,7 +9,8 @@
 # kernel the Rust musl targets support, 3.2 and newer), built with the [profile.dist] of the
 # workspace Cargo.toml and linked by the toolchain's own rust-lld against the self-contained
 # musl crt objects and libc.a that rustup's musl rust-std ships: no C cross toolchain is
-# needed, for arm64 either. Everything is set here, for this build only (no ~/.cargo/config).
+# needed, for arm64 either; the one C dependency, ring (TLS to the API server), is compiled by
+# clang for both targets. Everything is set here, for this build only (no ~/.cargo/config).
 # Their allocator is musl's malloc behind alloccache/'s per-thread cache (cli/src/main.rs says why).
 #
 # The completions and man pages come from the clap definitions through the amd64 binary
@@ -37,8 +38,17 @@ mkdir -p "$dist"
 unset RUSTFLAGS CARGO_ENCODED_RUSTFLAGS
 # Build-machine paths stay out of the binaries' panic locations.
 remap="--remap-path-prefix=$PWD=. --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
+# The TLS of the API client (rustls with ring, nodeapi/) has C and assembly parts: clang
+# compiles them for either target (no cross gcc, no musl headers: ring is freestanding), and
+# llvm-ar archives them. Debian's clang and llvm are installed when missing.
+if ! command -v clang >/dev/null || ! command -v llvm-ar >/dev/null; then
+    # shellcheck source=apt-install.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
+    apt_install_quietly clang llvm
+fi
 for t in "${targets[@]}"; do
     T=$(echo "$t" | tr 'a-z-' 'A-Z_')
+    export "CC_${t//-/_}=clang" "AR_${t//-/_}=llvm-ar"
     export "CARGO_TARGET_${T}_LINKER=rust-lld"
     export "CARGO_TARGET_${T}_RUSTFLAGS=-C linker-flavor=ld.lld -C target-feature=+crt-static $remap"
 done

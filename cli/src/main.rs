@@ -84,6 +84,21 @@ const LONG_ABOUT: &str = "The kubelet stores a hash of every container's spec in
 
 #[derive(Subcommand)]
 enum Command {
+    /// Print the node's pods as the plan reads them from the API server: one PodList, the
+    /// served items byte for byte (compare with `kubectl get pods -A --field-selector
+    /// spec.nodeName=NODE -o json`). Nothing else is read or written.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Pods {
+        /// The kubeconfig (default: the kubelet's of the node's layout).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// The node's name (default as for `plan`).
+        #[arg(long)]
+        node_name: Option<String>,
+        /// Where the node's / is mounted (also KUBELET_REHASH_HOST_ROOT).
+        #[arg(long, value_name = "DIR")]
+        host_root: Option<PathBuf>,
+    },
     /// Compute the kubelet's container hash for specs (JSON Lines of {"id","container"}, a Pod,
     /// a PodList/List or a bare container) and write JSON Lines {"id","version","hash"}.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -525,13 +540,15 @@ fn plan_node(
     let switch = node.switch_options(store)?;
     let mut node = node.read(store)?;
     let location = store.location()?;
+    // the pods first: an API server that cannot be asked leaves even the store's lock file
+    // untouched
+    let api_pods::Pods { bytes: pods, api } = source.read(location.host_root.as_deref(), false)?;
+    node.api = api;
     let store = location.open()?;
     let lock = lock
         .then(|| storepatch::lock::StoreLock::acquire(store.root()))
         .transpose()
         .map_err(Error::from)?;
-    let api_pods::Pods { bytes: pods, api } = source.read(location.host_root.as_deref(), false)?;
-    node.api = api;
     let (mut plan, networks) = Plan::build_with_networks(&pods, store.as_ref(), from, to, &node)?;
     rehash::cri_dockerd::plan_switch_with_networks(&mut plan, &networks, &switch)?;
     Ok((store, plan, lock))
@@ -549,6 +566,13 @@ fn plan_exit(plan: &Plan) -> u8 {
     } else {
         exit::OK
     }
+}
+
+fn cmd_pods(source: &api_pods::PodsFlags, host_root: Option<PathBuf>, out: &mut dyn Write) -> Done {
+    let pods = source.read(host_root.as_deref(), false)?;
+    out.write_all(&pods.bytes).map_err(Failure::output)?;
+    writeln!(out).map_err(Failure::output)?;
+    Ok(exit::OK)
 }
 
 fn cmd_plan(flags: &PlanFlags, output: Output, out: &mut dyn Write) -> Done {
@@ -863,6 +887,23 @@ fn main() -> ExitCode {
             explain,
             file,
         } => cmd_hash(kubelet_version, *explain, file, &mut out),
+        Command::Pods {
+            kubeconfig,
+            node_name,
+            host_root,
+        } => cmd_pods(
+            &api_pods::PodsFlags {
+                pods: None,
+                kubeconfig: kubeconfig.clone(),
+                node_name: node_name.clone(),
+            },
+            host_root.clone().or_else(|| {
+                std::env::var_os(HOST_ROOT_ENV)
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            }),
+            &mut out,
+        ),
         Command::Plan { plan, output } => cmd_plan(plan, *output, &mut out),
         Command::Patch {
             plan,

@@ -1,7 +1,8 @@
 //! deploy/system-upgrade-controller/plan.yaml against system-upgrade-controller's own Plan CRD
 //! (fixtures/suc/, copied unchanged from rancher/system-upgrade-controller; its README names the
 //! commit), the way the API server would take it, plus the choices the CRD cannot express
-//! (no drain, a deadline that fits the budget, the Job's own pod in the pods file) and the
+//! (no drain, a deadline that fits the budget, the pods from the API server with the node's
+//! own identity, so the Job's own pod among them, and no RBAC grant) and the
 //! `upgrade` flags the Plan passes, checked against the binary's own `upgrade --help`.
 //!
 //! The API server validates a custom resource with the CRD's `openAPIV3Schema` and, since
@@ -200,8 +201,8 @@ fn a_broken_plan_is_refused() {
         ),
         (
             "an unknown field deep down",
-            "/spec/prepare/securityContext",
-            |p| p["spec"]["prepare"]["securityContext"]["runAsUserr"] = json!(0),
+            "/spec/upgrade/securityContext",
+            |p| p["spec"]["upgrade"]["securityContext"] = json!({"runAsUserr": 0}),
         ),
         ("args that are not strings", "/spec/upgrade/args/0", |p| {
             p["spec"]["upgrade"]["args"][0] = json!(3)
@@ -270,28 +271,25 @@ fn the_plan_keeps_pods_running_and_fits_its_deadline() {
         "a node on which some container would restart stops the rollout (exit 4)"
     );
 
-    // The pods file: written by prepare in the Job's own pod, read by upgrade at the same
-    // node path (Kubernetes expands $(VAR) in args, the shell expands $VAR in prepare).
-    let pods = arg(&args, "--pods").unwrap();
-    let script = spec["prepare"]["args"][0].as_str().unwrap();
-    assert!(script.contains("--field-selector \"spec.nodeName=$SYSTEM_UPGRADE_NODE_NAME\""));
-    assert!(script.contains("-A") && script.contains("-o json"));
+    // The pods: listed by `upgrade` itself from the API server, inside the Job's own pod (so
+    // that pod is among them), with the node's kubeconfig under --host-root: no pods file, no
+    // prepare step, no credential of the Job's, and the node's name as the controller knows it.
+    assert!(arg(&args, "--pods").is_none(), "no pods file");
     assert!(
-        script.contains("$SYSTEM_UPGRADE_POD_UID\\\"\" \"$out.tmp\""),
-        "prepare checks that the Job's own pod is in the file"
+        arg(&args, "--kubeconfig").is_none(),
+        "the kubelet's own kubeconfig"
     );
-    let dir_line = script
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("dir="))
-        .unwrap();
-    let out_line = script
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("out="))
-        .unwrap()
-        .trim_matches('"')
-        .replace("$dir", dir_line)
-        .replace("$SYSTEM_UPGRADE_POD_UID", "$(SYSTEM_UPGRADE_POD_UID)");
-    assert_eq!(pods, out_line, "upgrade reads the file prepare wrote");
+    assert!(spec.get("prepare").is_none(), "no prepare step");
+    assert_eq!(
+        arg(&args, "--node-name").as_deref(),
+        Some("$(SYSTEM_UPGRADE_NODE_NAME)"),
+        "the node the controller scheduled the Job on"
+    );
+    let rbac = yaml_docs(&workspace().join("deploy/system-upgrade-controller/rbac.yaml"));
+    assert!(
+        rbac.iter().all(|d| d["kind"] == "ServiceAccount"),
+        "no role is granted: the node's identity reads its pods"
+    );
     for flag in ["--state", "--report"] {
         assert!(
             arg(&args, flag).unwrap().starts_with("/host/"),
