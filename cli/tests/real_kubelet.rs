@@ -632,6 +632,207 @@ fn allocation_state_recreated(lab: &Lab, version: &str, pair: &str) -> Vec<Strin
     report
 }
 
+/// Client certificates and kubeconfigs for the error cases, made with the lab's CA (and one
+/// of another CA): `expired` (valid in January 2025 only), `other` (system:node:other-node),
+/// `foreign` (the node's name, another CA), `wrongca` (the node's own credential, another CA
+/// to trust the server by), `down` (a port nothing listens on).
+const MAKE_CREDENTIALS: &str = r#"set -e
+lab=$1; out=$2; node=$3; mkdir -p "$out"; cd "$out"
+printf '[ca]\ndefault_ca = lab\n[lab]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\ndefault_md = sha256\npolicy = any\n[any]\ncommonName = supplied\norganizationName = optional\n[client]\nbasicConstraints = CA:FALSE\nkeyUsage = digitalSignature,keyEncipherment\nextendedKeyUsage = clientAuth\n' > ca.cnf
+: > index.txt; echo 01 > serial
+printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' > client.ext
+key() { openssl req -new -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null; }
+key expired "/O=system:nodes/CN=system:node:$node"
+openssl ca -batch -config ca.cnf -cert "$lab/pki/ca.crt" -keyfile "$lab/pki/ca.key" -in expired.csr -out expired.crt -startdate 20250101000000Z -enddate 20250201000000Z -extensions client -notext 2>/dev/null
+key other "/O=system:nodes/CN=system:node:other-node"
+openssl ca -batch -config ca.cnf -cert "$lab/pki/ca.crt" -keyfile "$lab/pki/ca.key" -in other.csr -out other.crt -days 30 -extensions client -notext 2>/dev/null
+openssl req -x509 -new -newkey rsa:2048 -nodes -keyout otherca.key -out otherca.crt -subj "/CN=another-ca" -days 30 2>/dev/null
+key foreign "/O=system:nodes/CN=system:node:$node"
+openssl x509 -req -in foreign.csr -CA otherca.crt -CAkey otherca.key -CAcreateserial -out foreign.crt -days 30 -extfile client.ext 2>/dev/null
+server=$(awk '/server:/ {print $2}' "$lab/kubelet.conf")
+mk() { sed -e "s|client-certificate: .*|client-certificate: $2|; s|client-key: .*|client-key: $3|; s|certificate-authority: .*|certificate-authority: $4|; s|server: .*|server: $5|" "$lab/kubelet.conf" > "$1.conf"; }
+mk expired "$PWD/expired.crt" "$PWD/expired.key" "$lab/pki/ca.crt" "$server"
+mk other "$PWD/other.crt" "$PWD/other.key" "$lab/pki/ca.crt" "$server"
+mk foreign "$PWD/foreign.crt" "$PWD/foreign.key" "$lab/pki/ca.crt" "$server"
+mk wrongca "$lab/pki/kubelet-client.crt" "$lab/pki/kubelet-client.key" "$PWD/otherca.crt" "$server"
+mk down "$lab/pki/kubelet-client.crt" "$lab/pki/kubelet-client.key" "$lab/pki/ca.crt" https://127.0.0.1:1
+"#;
+
+/// Issue 36 on the real API server, with the node kubelet's own credentials: the pods the
+/// tool lists equal `kubectl get pods`' for the node; the plan from the API server has the
+/// pods file's lines and takes the Node's kubelet version as `--from auto`; every error
+/// (expired certificate, another node's, another CA's client certificate, a server the
+/// kubeconfig's CA does not vouch for, no server) exits with its code and a message naming
+/// the cause, and `patch` then writes nothing, not even its backup directory; a target newer
+/// than the API server is blocked.
+fn api_cases(lab: &Lab, tmp: &Path, pair: &str, to: &str, control_plane_minor: u32) {
+    let kubeconfig = kubelet_kubeconfig(lab);
+    let normalized = |list: &Value| -> Vec<Value> {
+        let mut items: Vec<Value> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let mut i = i.clone();
+                let o = i.as_object_mut().unwrap();
+                // kubectl adds each item's kind and apiVersion, and hides managedFields
+                o.remove("apiVersion");
+                o.remove("kind");
+                o["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("managedFields");
+                i
+            })
+            .collect();
+        items.sort_by_key(|i| i["metadata"]["uid"].as_str().unwrap().to_string());
+        items
+    };
+    let listed = Command::new(bin())
+        .args(["pods", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        listed.status.success(),
+        "{pair}: kubelet-rehash pods: {}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let ours: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let theirs = lab.pods_of_node();
+    assert!(!normalized(&theirs).is_empty());
+    assert_eq!(
+        normalized(&ours),
+        normalized(&theirs),
+        "{pair}: the pods listed with the node's identity are kubectl's for the node"
+    );
+    let pods = tmp.join("pods-api-case.json");
+    lab.write_pods(&pods);
+    let o = rehash_api(lab, "plan", &kubeconfig, to)
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    // 4: the plan lists containers that restart anyway (the static pod with a derived UID)
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(4)),
+        "{pair}: plan --kubeconfig: {:?} {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let api_plan: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        plan_lines(&api_plan),
+        planned_lines(lab, &pods, to),
+        "{pair}: the plan from the API server has the pods file's lines"
+    );
+    let running_minor = lab
+        .var("KUBELET_VERSION")
+        .splitn(3, '.')
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(".");
+    assert_eq!(
+        api_plan["from"].as_str(),
+        Some(running_minor.as_str()),
+        "{pair}: --from auto is the kubelet version the Node reports"
+    );
+
+    let creds = tmp.join("creds");
+    sh(
+        Command::new("sh")
+            .args(["-c", MAKE_CREDENTIALS, "make-credentials"])
+            .arg(lab.var("LAB_DIR"))
+            .arg(&creds)
+            .arg(lab.var("NODE")),
+        "make the error cases' credentials",
+    );
+    let other = format!(
+        "may read only Node other-node and its pods, not {}'s",
+        lab.var("NODE")
+    );
+    let node = lab.var("NODE");
+    // (case, kubeconfig, --node-name, exit code, what the message says)
+    for (case, conf, node_name, code, says) in [
+        (
+            "expired",
+            "expired",
+            None,
+            5,
+            "expired at 2025-02-01 00:00:00 UTC",
+        ),
+        // another node's certificate asking for this node: the Node authorizer's 403
+        ("other", "other", Some(node), 3, other.as_str()),
+        // the same certificate, the node name taken from it: a Node the API does not know
+        (
+            "unknown-node",
+            "other",
+            None,
+            3,
+            "has no Node named other-node",
+        ),
+        ("foreign", "foreign", None, 5, "401 Unauthorized"),
+        ("wrongca", "wrongca", None, 5, "UnknownIssuer"),
+        ("down", "down", None, 5, "unreachable after 4 attempts"),
+    ] {
+        let backup = tmp.join(format!("bk-{case}"));
+        let mut c = rehash_api(lab, "patch", &creds.join(format!("{conf}.conf")), to);
+        if let Some(n) = node_name {
+            c.args(["--node-name", n]);
+        }
+        let o = c.arg("--backup-dir").arg(&backup).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "{pair}: {case}: exit {code}: {err}"
+        );
+        assert!(
+            err.contains(says),
+            "{pair}: {case}: the message names the cause ({says:?}): {err}"
+        );
+        assert!(
+            !backup.exists(),
+            "{pair}: {case}: nothing written, not even the backup directory"
+        );
+    }
+
+    // the version skew policy: a kubelet newer than the API server is refused
+    if control_plane_minor < 38 {
+        let newer = format!("1.{}", control_plane_minor + 1);
+        let o = rehash_api(lab, "plan", &kubeconfig, &newer)
+            .args(["-o", "json"])
+            .output()
+            .unwrap();
+        let plan: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{pair}: plan --to {newer}: {e}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            )
+        });
+        assert!(
+            plan["hazards"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["code"] == "kubelet-newer-than-apiserver" && h["severity"] == "block"),
+            "{pair}: --to {newer} against API server 1.{control_plane_minor} is blocked: {:#}",
+            plan["hazards"]
+        );
+        let o = rehash_api(lab, "patch", &kubeconfig, &newer)
+            .arg("--backup-dir")
+            .arg(tmp.join("bk-skew"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{pair}: patch --to {newer} refused: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!tmp.join("bk-skew").exists());
+    }
+}
+
 fn static_pod(name: &str, uid: Option<&str>) -> String {
     let uid = uid.map(|u| format!(", uid: {u}")).unwrap_or_default();
     idle_pod(&format!("name: {name}, namespace: default{uid}"), "")
@@ -741,10 +942,70 @@ fn rehash(lab: &Lab, verb: &str, pods: &Path, to: &str) -> Command {
     c
 }
 
-fn upgrade(lab: &Lab, pods: &Path, to: &str, kubelet: &Path, state_dir: &Path) -> Value {
+/// The node kubelet's own kubeconfig (client certificate `system:node:<node>`): what
+/// `--kubeconfig` gets, with nothing else (issue 36).
+fn kubelet_kubeconfig(lab: &Lab) -> PathBuf {
+    Path::new(lab.var("LAB_DIR")).join("kubelet.conf")
+}
+
+/// `kubelet-rehash VERB` with the pods from the API server, asked with `kubeconfig`: no pods
+/// file, the node's name found in the kubelet's certificate.
+fn rehash_api(lab: &Lab, verb: &str, kubeconfig: &Path, to: &str) -> Command {
+    let mut c = Command::new(bin());
+    c.args([verb, "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(["--to", to, "--root", lab.var("RUNTIME_ROOT")])
+        .args([
+            "--runtime-socket",
+            lab.var("RUNTIME_ENDPOINT").trim_start_matches("unix://"),
+        ])
+        .args(["--kubelet-dir", lab.var("KUBELET_DIR")])
+        .args(["--manifests", lab.var("MANIFESTS")]);
+    c
+}
+
+/// The plan's lines as `id -> action, stored hash, target hash, restart without / after
+/// rewrite`: what must be the same whether the pods came from a file or the API server.
+fn plan_lines(plan: &Value) -> BTreeMap<String, String> {
+    plan["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_string(),
+                format!(
+                    "{} {} {} {} {}",
+                    r["action"],
+                    r["stored_hash"],
+                    r["target_hash"],
+                    r["would_restart_without_rewrite"],
+                    r["would_restart_after_rewrite"]
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The pods-file plan's lines of the running node for `to`.
+fn planned_lines(lab: &Lab, pods: &Path, to: &str) -> BTreeMap<String, String> {
+    let o = rehash(lab, "plan", pods, to)
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    plan_lines(
+        &serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!("plan -o json: {e}: {}", String::from_utf8_lossy(&o.stderr))
+        }),
+    )
+}
+
+/// `kubelet-rehash upgrade` with no pods file: the pods from the API server with the node's
+/// own kubeconfig (issue 36's "done means").
+fn upgrade(lab: &Lab, to: &str, kubelet: &Path, state_dir: &Path) -> Value {
     let state = state_dir.join("state.json");
     let _ = std::fs::remove_file(&state);
-    let o = rehash(lab, "upgrade", pods, to)
+    let o = rehash_api(lab, "upgrade", &kubelet_kubeconfig(lab), to)
         .arg("--kubelet-binary")
         .arg(kubelet)
         .args(["--kubelet-path", lab.var("KUBELET_PATH")])
@@ -872,8 +1133,19 @@ fn with_tool(
     let before = observe(lab);
     lab.write_pods(pods);
     let (_, predicted) = planned(lab, pods, to);
+    let file_lines = planned_lines(lab, pods, to);
     let sampler = Sampler::start(lab);
-    let state = upgrade(lab, pods, to, kubelet, state_dir);
+    let state = upgrade(lab, to, kubelet, state_dir);
+    // the upgrade listed the pods from the API server itself: its plan has the pods file's lines
+    let report = state["report"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{pair}: {what}: the upgrade names its report: {state:#}"));
+    let api_plan: Value = serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
+    assert_eq!(
+        plan_lines(&api_plan),
+        file_lines,
+        "{pair}: {what}: the upgrade's plan from the API server has the pods file's plan lines"
+    );
     wait_settled(lab, to_full, &format!("{pair}: after the {what}"));
     // the new kubelet has synced every pod: a restart it decides comes in these seconds
     std::thread::sleep(Duration::from_secs(15));
@@ -968,6 +1240,10 @@ fn run_pair(from: &str, to: &str, golden: &mut Vec<Value>) -> Row {
         restarted(&baseline_before, &observe(&lab)).is_empty(),
         "{pair}: a kubelet restarted as it is restarts no container"
     );
+
+    // ---- the pods from the API server with the node's identity, and its errors ----
+    let cp_minor: u32 = to_v.split('.').nth(1).unwrap().parse().unwrap();
+    api_cases(&lab, t.path(), &pair, to, cp_minor);
 
     // ---- the allocation manager's checkpoints gone (a set-aside, a lost file) ----
     if from_minor >= 33 {

@@ -991,3 +991,120 @@ fn a_cgroup_v1_node_whose_kubelet_config_does_not_allow_it_blocks_1_35_and_later
         "no config.yaml in the kubelet dir: nothing read, nothing said"
     );
 }
+
+// ---- what the API server said (issue 36) ----------------------------------------------------
+
+fn with_api(server_version: &str, node_kubelet_version: &str) -> NodeFiles {
+    NodeFiles {
+        api: Some(rehash::ApiFacts {
+            server: "https://10.0.0.1:6443".into(),
+            identity: "system:node:worker-1 (groups system:nodes)".into(),
+            server_version: server_version.into(),
+            node: "worker-1".into(),
+            node_kubelet_version: node_kubelet_version.into(),
+        }),
+        ..NodeFiles::default()
+    }
+}
+
+fn codes_of(p: &Plan) -> Vec<(String, rehash::Severity)> {
+    p.hazards
+        .iter()
+        .filter(|h| h.code.starts_with("kubelet-"))
+        .map(|h| (h.code.clone(), h.severity))
+        .collect()
+}
+
+#[test]
+fn the_nodes_reported_kubelet_version_settles_from_auto_and_a_disagreement_blocks() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    // on 1.31 hashes (1.31 to 1.38 hash these specs alike), as after an upgrade to 1.31
+    patch_to(
+        &n,
+        &serde_json::to_vec(&pods).unwrap(),
+        From::Auto,
+        "1.31",
+        "bk-to-1.31",
+    );
+    let auto = plan_with(&n, &pods, "1.31", &NodeFiles::default());
+    assert!(
+        auto.from_candidates.len() > 1,
+        "the demo node's hashes allow several versions: {:?}",
+        auto.from_candidates
+    );
+    // a reported version among the candidates decides, and the plan says so
+    let reported = *auto.from_candidates.last().unwrap();
+    let decided = plan_with(
+        &n,
+        &pods,
+        "1.31",
+        &with_api("v1.31.2", &format!("v{reported}.7")),
+    );
+    assert_eq!(
+        decided.from,
+        Some(reported),
+        "the Node's kubelet version is --from"
+    );
+    assert_eq!(decided.from_candidates, auto.from_candidates);
+    assert!(codes_of(&decided).is_empty(), "{:?}", decided.hazards);
+    assert!(decided
+        .warnings
+        .iter()
+        .any(|w| w.contains("as Node worker-1 reports it")));
+    // a version the hashes rule out blocks, naming both
+    let outside = hashcompat::KubeletVersion::all()
+        .into_iter()
+        .find(|v| !auto.from_candidates.contains(v) && v.minor() <= 31)
+        .unwrap();
+    let disagreed = plan_with(
+        &n,
+        &pods,
+        "1.31",
+        &with_api("v1.31.2", &format!("v{outside}.0")),
+    );
+    let h = disagreed
+        .hazards
+        .iter()
+        .find(|h| h.code == "kubelet-version-disagrees")
+        .expect("a disagreement hazard");
+    assert_eq!(h.severity, rehash::Severity::Block);
+    assert!(
+        h.message.contains(&format!("v{outside}.0")) && h.message.contains("stored hashes prove"),
+        "{}",
+        h.message
+    );
+}
+
+#[test]
+fn the_version_skew_policy_blocks_a_kubelet_newer_than_the_api_server_or_too_far_behind() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    let case = |server: &str, to: &str| codes_of(&plan_with(&n, &pods, to, &with_api(server, "")));
+    let block = rehash::Severity::Block;
+    assert_eq!(
+        case("v1.30.4", "1.31"),
+        vec![("kubelet-newer-than-apiserver".to_string(), block)]
+    );
+    assert!(case("v1.31.0", "1.31").is_empty(), "the same minor");
+    assert!(
+        case("v1.34.1", "1.31").is_empty(),
+        "three minors behind is allowed"
+    );
+    assert_eq!(
+        case("v1.35.0", "1.31"),
+        vec![("kubelet-too-old-for-apiserver".to_string(), block)]
+    );
+    // before kubelet 1.25, two minors
+    assert!(case("v1.26.0", "1.24").is_empty());
+    assert_eq!(
+        case("v1.27.0", "1.24"),
+        vec![("kubelet-too-old-for-apiserver".to_string(), block)]
+    );
+    // a distribution's version string and an API server newer than this tool knows
+    assert!(case("v1.31.4+k3s1", "1.31").is_empty());
+    assert_eq!(
+        case("v1.45.0", "1.31"),
+        vec![("kubelet-too-old-for-apiserver".to_string(), block)]
+    );
+}
