@@ -138,6 +138,7 @@ fn man_writes_one_page_per_visible_command_and_stays_out_of_help() {
         "kubelet-rehash-hash.1",
         "kubelet-rehash-patch.1",
         "kubelet-rehash-plan.1",
+        "kubelet-rehash-pods.1",
         "kubelet-rehash-rollback.1",
         "kubelet-rehash-upgrade.1",
         "kubelet-rehash-verify.1",
