@@ -275,7 +275,6 @@ impl NodeApi {
         }
         let selector = percent(&format!("spec.nodeName={node}"));
         'listing: for _ in 0..2 {
-            let mut out = Vec::from(&b"{\"apiVersion\":\"v1\",\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":\""[..]);
             let mut items = Vec::new();
             let mut count = 0usize;
             let mut cont = String::new();
@@ -313,10 +312,7 @@ impl NodeApi {
                 }
                 cont = page.metadata.cont;
             }
-            out.extend_from_slice(rv.unwrap_or_default().as_bytes());
-            out.extend_from_slice(b"\"},\"items\":[");
-            out.extend_from_slice(&items);
-            out.extend_from_slice(b"]}");
+            let out = pod_list(&rv.unwrap_or_default(), &items);
             return Ok(out);
         }
         Err(self.unexpected(
@@ -408,6 +404,24 @@ impl NodeApi {
     }
 }
 
+/// One `PodList` of the served items (`items`: their JSON texts joined by commas, untouched)
+/// and the first page's resourceVersion (a JSON string, escaped: the value is the server's).
+fn pod_list(resource_version: &str, items: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(items.len() + 96);
+    out.extend_from_slice(
+        b"{\"apiVersion\":\"v1\",\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":",
+    );
+    out.extend_from_slice(
+        serde_json::to_string(resource_version)
+            .expect("a string serializes")
+            .as_bytes(),
+    );
+    out.extend_from_slice(b"},\"items\":[");
+    out.extend_from_slice(items);
+    out.extend_from_slice(b"]}");
+    out
+}
+
 /// The error and its sources, joined: where hyper's "client error (Connect)" hides the cause.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut parts = vec![e.to_string()];
@@ -447,4 +461,28 @@ fn percent(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{percent, pod_list};
+
+    #[test]
+    fn the_joined_list_is_json_with_the_items_untouched() {
+        let items = br#"{"metadata":{"uid":"a"},"spec":{"x":1.50}},{"metadata":{"uid":"b"}}"#;
+        let out = pod_list("12\"3", items);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "12\"3");
+        assert_eq!(v["items"].as_array().unwrap().len(), 2);
+        // byte for byte: `1.50` is not re-printed as `1.5`
+        assert!(out.windows(items.len()).any(|w| w == items));
+        let empty: serde_json::Value = serde_json::from_slice(&pod_list("", b"")).unwrap();
+        assert_eq!(empty["items"].as_array().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(percent("spec.nodeName=node-1"), "spec.nodeName%3Dnode-1");
+        assert_eq!(percent("a b/c"), "a%20b%2Fc");
+    }
 }
