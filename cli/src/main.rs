@@ -540,15 +540,25 @@ fn plan_node(
     let switch = node.switch_options(store)?;
     let mut node = node.read(store)?;
     let location = store.location()?;
-    // the pods first: an API server that cannot be asked leaves even the store's lock file
-    // untouched
-    let api_pods::Pods { bytes: pods, api } = source.read(location.host_root.as_deref(), false)?;
-    node.api = api;
+    // Pods from the API server are read first: one that cannot be asked leaves even the
+    // store's lock file untouched. A pods file (or stdin) is read under the lock, as before:
+    // a second run is refused before it waits on its input.
+    let from_api = source.pods.is_none();
+    let early = if from_api {
+        Some(source.read(location.host_root.as_deref(), false)?)
+    } else {
+        None
+    };
     let store = location.open()?;
     let lock = lock
         .then(|| storepatch::lock::StoreLock::acquire(store.root()))
         .transpose()
         .map_err(Error::from)?;
+    let api_pods::Pods { bytes: pods, api } = match early {
+        Some(p) => p,
+        None => source.read(location.host_root.as_deref(), false)?,
+    };
+    node.api = api;
     let (mut plan, networks) = Plan::build_with_networks(&pods, store.as_ref(), from, to, &node)?;
     rehash::cri_dockerd::plan_switch_with_networks(&mut plan, &networks, &switch)?;
     Ok((store, plan, lock))

@@ -212,8 +212,18 @@ impl NodeApi {
             .map_err(|e| self.unexpected("/version", format!("not a version: {e}")))
     }
 
-    /// `GET /api/v1/nodes/NAME`.
+    /// `GET /api/v1/nodes/NAME`. A node's own credential (`system:node:OWN`) is refused for
+    /// any other name before asking: some API servers (before the Node authorizer checks
+    /// selectors) let one node read another's pods, and the plan must never be made from
+    /// another node's pods.
     pub fn node(&self, name: &str) -> Result<NodeInfo, Error> {
+        if let Some(own) = self.own_node.as_deref().filter(|o| *o != name) {
+            return Err(Error::NotThisNode {
+                server: self.server.clone(),
+                name: name.to_string(),
+                own: own.to_string(),
+            });
+        }
         let path = format!("/api/v1/nodes/{}", percent(name));
         let text = self
             .get(&path, "get", &format!("node {name}"))

@@ -86,9 +86,13 @@ pub fn undo_ranges(
         })
         .collect();
     spans.sort_unstable();
+    let meta_end = (2 * page_size).min(file_len);
     let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
     for (s, e) in spans {
         match merged.last_mut() {
+            // The meta pages stay a range of their own (the undo checks that shape): a write
+            // of page 2, right after them, starts the next range instead of widening this one.
+            Some((0, le)) if *le == meta_end && s >= meta_end => merged.push((s, e)),
             Some((_, le)) if s <= *le => *le = (*le).max(e),
             _ => merged.push((s, e)),
         }
@@ -203,8 +207,11 @@ impl Backup {
         // One pass over the ranges, a page at a time: the all-zero pages after the meta pages
         // are only listed, the others written and hashed in file order.
         let (mut stored, mut zero): (Vec<[u64; 2]>, Vec<[u64; 2]>) = (Vec::new(), Vec::new());
+        // (the two meta pages stay a range of their own, as the undo checks: a page 2 that
+        // follows them starts the next range)
+        let metas = 2 * page_size;
         let push = |v: &mut Vec<[u64; 2]>, off: u64, len: u64| match v.last_mut() {
-            Some([o, l]) if *o + *l == off => *l += len,
+            Some([o, l]) if *o + *l == off && !(*o == 0 && *l == metas) => *l += len,
             _ => v.push([off, len]),
         };
         let mut h = Sha256::new();
@@ -303,8 +310,11 @@ fn check_shape(entry: &ManifestEntry, p: &PageUndo) -> Result<(), String> {
     if !(512..=1 << 20).contains(&ps) || !ps.is_power_of_two() {
         return Err(format!("page size {ps} is not a bolt page size"));
     }
-    if p.ranges.first() != Some(&[0, 2 * ps]) {
-        return Err("the first range is not the two meta pages".into());
+    // Backups made before the meta range was kept apart merged a write of page 2 into it:
+    // such a first range still starts at 0 and covers both meta pages, and restores the same.
+    match p.ranges.first() {
+        Some(&[0, len]) if len == 2 * ps || (len > 2 * ps && len % ps == 0) => {}
+        _ => return Err("the first range is not the two meta pages".into()),
     }
     if p.new_meta_offset != 0 && p.new_meta_offset != ps {
         return Err(format!(
@@ -461,7 +471,10 @@ mod tests {
             4096,
             [(8192, 4096), (12288, 8192), (36864, 8192)],
         );
-        assert_eq!(r, vec![[0, 5 * 4096], [36864, 4096]]);
+        // page 2, right after the metas, and pages 3-4 merge into a range of their own: the
+        // metas stay [0, 2 pages] (a merged first range made the undo refuse the backup as
+        // damaged, seen on a real containerd 1.7.24 store whose commit rewrote page 2)
+        assert_eq!(r, vec![[0, 2 * 4096], [8192, 3 * 4096], [36864, 4096]]);
         assert_eq!(undo_ranges(40960, 4096, [(40960, 4096)]), vec![[0, 8192]]);
     }
 
@@ -469,6 +482,20 @@ mod tests {
     /// meta page 1 written, two pages appended. (dir, file, original, patched, backup dir)
     fn patched_file(
         record_after: bool,
+    ) -> (
+        tempfile::TempDir,
+        std::path::PathBuf,
+        Vec<u8>,
+        Vec<u8>,
+        std::path::PathBuf,
+    ) {
+        patched_file_at(record_after, 5)
+    }
+
+    /// [`patched_file`] with the two reused pages starting at `page` instead of 5.
+    fn patched_file_at(
+        record_after: bool,
+        page: usize,
     ) -> (
         tempfile::TempDir,
         std::path::PathBuf,
@@ -492,7 +519,7 @@ mod tests {
         fs::write(&path, &original).unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
         let mut patched = original.clone();
-        patched[5 * ps..7 * ps].fill(0xAB);
+        patched[page * ps..(page + 2) * ps].fill(0xAB);
         let new_meta = vec![0xCD; ps];
         patched[ps..2 * ps].copy_from_slice(&new_meta);
         patched.extend(std::iter::repeat_n(0xEF, 2 * ps));
@@ -501,7 +528,7 @@ mod tests {
         let ranges = undo_ranges(
             original.len() as u64,
             ps as u64,
-            [(5 * ps as u64, 2 * ps as u64)],
+            [((page * ps) as u64, 2 * ps as u64)],
         );
         b.save_pages(
             &path,
@@ -526,6 +553,23 @@ mod tests {
             b.finish().unwrap();
         }
         (store, path, original, patched, bk)
+    }
+
+    /// A commit that rewrites pages 2-3, right after the metas (bbolt reuses freed pages
+    /// from the low end): found on a real containerd 1.7.24 store, where the merged first
+    /// range made the undo call its own backup damaged and restore nothing.
+    #[test]
+    fn page_undo_of_a_commit_that_rewrote_page_2_restores_the_original() {
+        let (_s, path, original, _patched, bk) = patched_file_at(true, 2);
+        let m = read_manifest(&bk).unwrap();
+        assert_eq!(
+            m.entries[0].pages.as_ref().unwrap().ranges,
+            vec![[0, 2 * 4096], [2 * 4096, 2 * 4096]],
+            "the meta pages stay a range of their own"
+        );
+        let r = rollback(&bk, false).unwrap();
+        assert_eq!(r.files[0].1, RollbackAction::Restored);
+        assert_eq!(fs::read(&path).unwrap(), original);
     }
 
     #[test]
