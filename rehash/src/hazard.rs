@@ -227,7 +227,7 @@ pub fn cgroup_v1_hazard(
 }
 
 /// The version skew policy between the target kubelet and the API server it will talk to
-/// (https://kubernetes.io/releases/version-skew-policy/#kubelet): never newer than the API
+/// (<https://kubernetes.io/releases/version-skew-policy/#kubelet>): never newer than the API
 /// server, and at most three minors older (two before kubelet 1.25). Upgrading a kubelet past
 /// its control plane is how nodes go NotReady after an "in-place" upgrade: the API server must
 /// be upgraded first. Both are `block` hazards; an API server version that does not parse is a
