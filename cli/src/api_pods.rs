@@ -124,11 +124,7 @@ impl PodsFlags {
         if let Some(n) = &self.node_name {
             return (n.clone(), "--node-name");
         }
-        for flags in [
-            "/var/lib/kubelet/kubeadm-flags.env",
-            "/etc/default/kubelet",
-            "/etc/sysconfig/kubelet",
-        ] {
+        for flags in rehash::cri_dockerd::KUBELET_FLAG_FILES {
             if let Ok(text) = std::fs::read_to_string(on_host(Path::new(flags))) {
                 if let Some(n) = hostname_override(&text) {
                     return (n, "the kubelet's --hostname-override");

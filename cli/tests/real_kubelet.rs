@@ -929,17 +929,7 @@ fn fidelity(lab: &Lab, version: &str, which: &dyn Fn(&str) -> bool, what: &str) 
 
 /// `kubelet-rehash <verb>` on the lab's node and store, for `to`.
 fn rehash(lab: &Lab, verb: &str, pods: &Path, to: &str) -> Command {
-    let mut c = Command::new(bin());
-    c.args([verb, "--pods"])
-        .arg(pods)
-        .args(["--to", to, "--root", lab.var("RUNTIME_ROOT")])
-        .args([
-            "--runtime-socket",
-            lab.var("RUNTIME_ENDPOINT").trim_start_matches("unix://"),
-        ])
-        .args(["--kubelet-dir", lab.var("KUBELET_DIR")])
-        .args(["--manifests", lab.var("MANIFESTS")]);
-    c
+    on_lab(lab, verb, "--pods", pods, to)
 }
 
 /// The node kubelet's own kubeconfig (client certificate `system:node:<node>`): what
@@ -951,9 +941,15 @@ fn kubelet_kubeconfig(lab: &Lab) -> PathBuf {
 /// `kubelet-rehash VERB` with the pods from the API server, asked with `kubeconfig`: no pods
 /// file, the node's name found in the kubelet's certificate.
 fn rehash_api(lab: &Lab, verb: &str, kubeconfig: &Path, to: &str) -> Command {
+    on_lab(lab, verb, "--kubeconfig", kubeconfig, to)
+}
+
+/// `kubelet-rehash VERB SOURCE PATH --to TO` with the lab's store, socket, kubelet directory
+/// and manifests.
+fn on_lab(lab: &Lab, verb: &str, source: &str, path: &Path, to: &str) -> Command {
     let mut c = Command::new(bin());
-    c.args([verb, "--kubeconfig"])
-        .arg(kubeconfig)
+    c.args([verb, source])
+        .arg(path)
         .args(["--to", to, "--root", lab.var("RUNTIME_ROOT")])
         .args([
             "--runtime-socket",

@@ -185,6 +185,27 @@ fn decoded(layout: &Layout, node: &Node<'_>) -> Result<Val, Outcome> {
 
 const CORRUPT: &str = "checkpoint is corrupted (checksum mismatch)";
 
+/// `json.Unmarshal([]byte(data), &x)` with `x` of `data_layout`: the envelopes' second
+/// decoding. A failure is `failed(reason)`; an opaque value stays undetermined.
+fn decode_data(
+    data: &str,
+    data_layout: &str,
+    failed: impl Fn(String) -> Outcome,
+) -> Result<(), Outcome> {
+    let inner = hashcompat::parse_json(data.as_bytes()).map_err(|e| failed(e.to_string()))?;
+    match decoded(layout(data_layout), &inner) {
+        Ok(_) => Ok(()),
+        Err(Outcome::Rejected { reason, .. }) => Err(failed(reason)),
+        Err(other) => Err(other),
+    }
+}
+
+/// `checksum.New(cp.Data)`: FNV-32a of the spew text of the root's `Data` string.
+fn data_checksum(layout: &Layout, fields: &[Val]) -> u64 {
+    let i = layout.field_index("Data");
+    hash_text(layout.spew(layout.field_type("Data"), &fields[i]), &[])
+}
+
 /// `data` and `dataChecksum` as `json.Unmarshal` leaves them in the struct whatever else fails
 /// (it keeps decoding after a type error): a string and an unsigned number, else their zero.
 fn data_members(node: &Node<'_>) -> (String, u64) {
@@ -264,14 +285,8 @@ impl Step {
                         reason: format!("{what}: {reason}"),
                         computed: Some(computed),
                     };
-                    let inner = match hashcompat::parse_json(data.as_bytes()) {
-                        Ok(inner) => inner,
-                        Err(e) => return failed(e.to_string()),
-                    };
-                    match decoded(self::layout(data_layout), &inner) {
-                        Ok(_) => {}
-                        Err(Outcome::Rejected { reason, .. }) => return failed(reason),
-                        Err(other) => return other,
+                    if let Err(outcome) = decode_data(data, data_layout, failed) {
+                        return outcome;
                     }
                 }
                 Outcome::Accepted { computed }
@@ -303,23 +318,11 @@ impl Step {
                     reason: format!("failed to deserialize {what} checkpoint data: {reason}"),
                     computed: None,
                 };
-                let inner = match hashcompat::parse_json(data.as_bytes()) {
-                    Ok(inner) => inner,
-                    Err(e) => return failed(e.to_string()),
-                };
-                match decoded(self::layout(data_layout), &inner) {
-                    Ok(_) => {}
-                    Err(Outcome::Rejected { reason, .. }) => return failed(reason),
-                    Err(other) => return other,
+                if let Err(outcome) = decode_data(data, data_layout, failed) {
+                    return outcome;
                 }
                 let stored = checksum_of(&v, layout, "DataChecksum");
-                let computed = hash_text(
-                    layout.spew(
-                        layout.field_type("Data"),
-                        &fields[layout.field_index("Data")],
-                    ),
-                    &[],
-                );
+                let computed = data_checksum(layout, fields);
                 if computed == stored {
                     Outcome::Accepted { computed }
                 } else {
@@ -349,13 +352,7 @@ impl Step {
                     unreachable!("Version and Data are strings")
                 };
                 let stored = checksum_of(&v, layout, "Checksum");
-                let computed = hash_text(
-                    layout.spew(
-                        layout.field_type("Data"),
-                        &fields[layout.field_index("Data")],
-                    ),
-                    &[],
-                );
+                let computed = data_checksum(layout, fields);
                 if computed != stored {
                     return Outcome::Rejected {
                         reason: format!("{CORRUPT}: stored {stored}, computed {computed}"),
@@ -374,14 +371,9 @@ impl Step {
                         known.join(" and ")
                     ));
                 };
-                let inner = match hashcompat::parse_json(data.as_bytes()) {
-                    Ok(inner) => inner,
-                    Err(e) => return failed(e.to_string()),
-                };
-                match decoded(self::layout(data_layout), &inner) {
-                    Ok(_) => Outcome::Accepted { computed },
-                    Err(Outcome::Rejected { reason, .. }) => failed(reason),
-                    Err(other) => other,
+                match decode_data(data, data_layout, failed) {
+                    Ok(()) => Outcome::Accepted { computed },
+                    Err(outcome) => outcome,
                 }
             }
             Step::Crc32Data { layout: name } => {

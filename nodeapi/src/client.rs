@@ -234,15 +234,6 @@ impl NodeApi {
                         name: name.to_string(),
                     }
                 }
-                // the Node authorizer cannot say whether another Node exists: for a node's own
-                // credential, any other name is simply not this node
-                Error::Forbidden { .. } if self.own_node.as_deref().is_some_and(|o| o != name) => {
-                    Error::NotThisNode {
-                        server: self.server.clone(),
-                        name: name.to_string(),
-                        own: self.own_node.clone().unwrap_or_default(),
-                    }
-                }
                 other => other,
             })?;
         let v: serde_json::Value = serde_json::from_str(&text)

@@ -5,19 +5,18 @@ package main
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // allocated_pods_state and actuated_pods_state (allocation manager, 1.33+): the same state
 // type under two names.
 func init() {
-	for _, name := range []string{"allocated_pods_state", "actuated_pods_state"} {
+	req := v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse("250m"),
+		v1.ResourceMemory: resource.MustParse("64Mi"),
+	}
+	for kase, name := range map[string]string{"allocated": "allocated_pods_state", "actuated": "actuated_pods_state"} {
 		name := name
-		req := v1.ResourceList{
-			v1.ResourceCPU:    resource.MustParse("250m"),
-			v1.ResourceMemory: resource.MustParse("64Mi"),
-		}
-		writers[map[string]string{"allocated_pods_state": "allocated", "actuated_pods_state": "actuated"}[name]] = func(dir string) error {
+		writers[kase] = func(dir string) error {
 			s, err := newAllocState(dir, name)
 			if err != nil {
 				return err
@@ -31,5 +30,3 @@ func init() {
 		}
 	}
 }
-
-var _ = types.UID("")
