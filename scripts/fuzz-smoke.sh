@@ -20,6 +20,8 @@
 #   FUZZ_GOAL=0             1: instead of FUZZ_TIME, run each target the executions it still
 #                           lacks to its goal in fuzz/EXECUTIONS.md (10 M for the parser
 #                           targets, 1 M for the two bolt targets: issue 35); implies FUZZ_RECORD=1
+#   FUZZ_UNIT_TIMEOUT=10    libFuzzer's -timeout (seconds one input may take); a long goal run
+#                           beside other work wants 60: starved, a 1.5 s input can take over 10 s
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -115,7 +117,7 @@ run() { # run <target>: libFuzzer's output goes to $TMP/<target>.log
     fi
     local start=$SECONDS
     cargo fuzz run "${FLAGS[@]}" "$t" "${dirs[@]}" -- \
-        "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        "${limit[@]}" -timeout="${FUZZ_UNIT_TIMEOUT:-10}" -rss_limit_mb=2048 -print_final_stats=1 \
         >"$TMP/$t.log" 2>&1
     local rc=$?
     echo $((SECONDS - start)) >"$TMP/$t.seconds"

@@ -15,11 +15,13 @@ pub struct PodsFlags {
     /// `kubectl get pods -A --field-selector spec.nodeName=NODE -o json` (PodList, List or
     /// Pod), taken after the control plane was upgraded; `-` for stdin. Without it the pods
     /// are listed from the API server (--kubeconfig).
-    #[arg(long, conflicts_with = "kubeconfig")]
+    #[arg(long)]
     pub pods: Option<PathBuf>,
     /// List the node's pods from the API server with this kubeconfig (normally the kubelet's
-    /// own: its client certificate may read exactly the pods bound to the node). Default when
-    /// --pods is not given: the kubelet kubeconfig of the node's layout, under --host-root
+    /// own: its client certificate may read exactly the pods bound to the node); `upgrade`
+    /// also renews the node's heartbeat with it (--pods and --kubeconfig together: the pods
+    /// from the file, the heartbeat with the kubeconfig). Default: the kubelet kubeconfig of
+    /// the node's layout, under --host-root
     /// (kubeadm /etc/kubernetes/kubelet.conf, k3s and RKE2
     /// /var/lib/rancher/{k3s,rke2}/agent/kubelet.kubeconfig, MicroK8s
     /// /var/snap/microk8s/current/credentials/kubelet.config).
@@ -36,6 +38,14 @@ pub struct PodsFlags {
 pub struct Pods {
     pub bytes: Vec<u8>,
     pub api: Option<rehash::ApiFacts>,
+}
+
+/// A connection to the API server with the node's identity, and the node's name.
+pub struct Connected {
+    pub api: NodeApi,
+    pub node: String,
+    /// Where the name came from.
+    pub how: &'static str,
 }
 
 /// Exit code 5: the API server could not be asked (documented in the README).
@@ -62,31 +72,9 @@ impl PodsFlags {
                 read_source(Some(p), "pods file ", "pods from stdin").map_err(Failure::usage)?;
             return Ok(Pods { bytes, api: None });
         }
-        let host = match host_root {
-            Some(dir) => HostRoot::new(dir).map_err(|e| Failure::usage(e.to_string()))?,
-            None => HostRoot::none(),
-        };
-        let on_host = |p: &Path| host.resolve(p).unwrap_or_else(|_| p.to_path_buf());
-        let path = match &self.kubeconfig {
-            Some(p) => p.clone(),
-            None => KUBELET_KUBECONFIGS
-                .iter()
-                .map(|(_, p)| on_host(Path::new(p)))
-                .find(|p| p.is_file())
-                .ok_or_else(|| {
-                    Failure::usage(format!(
-                        "no --pods and no --kubeconfig, and no kubelet kubeconfig on this node ({}): give one of them",
-                        KUBELET_KUBECONFIGS
-                            .iter()
-                            .map(|(d, p)| format!("{d} {p}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                })?,
-        };
-        let kc = Kubeconfig::load(&path, &on_host)?;
-        let (node, how) = self.node_name(&kc, &on_host);
-        let api = NodeApi::connect(&kc, Options::default())?;
+        let Connected { api, node, how } = self
+            .connect(host_root, true)?
+            .expect("a kubeconfig is required");
         let version = api.version()?;
         let info = api.node(&node)?;
         let say = |msg: String| {
@@ -113,6 +101,49 @@ impl PodsFlags {
                 node_kubelet_version: info.kubelet_version,
             }),
         })
+    }
+
+    /// The API server as the kubeconfig's identity: `--kubeconfig`, else the kubelet's of the
+    /// node's layout. Without either: an error when `required`, else `None`.
+    pub fn connect(
+        &self,
+        host_root: Option<&Path>,
+        required: bool,
+    ) -> Result<Option<Connected>, Failure> {
+        let host = match host_root {
+            Some(dir) => HostRoot::new(dir).map_err(|e| Failure::usage(e.to_string()))?,
+            None => HostRoot::none(),
+        };
+        let on_host = |p: &Path| host.resolve(p).unwrap_or_else(|_| p.to_path_buf());
+        let path = match &self.kubeconfig {
+            Some(p) => p.clone(),
+            None if !required => match KUBELET_KUBECONFIGS
+                .iter()
+                .map(|(_, p)| on_host(Path::new(p)))
+                .find(|p| p.is_file())
+            {
+                Some(p) => p,
+                None => return Ok(None),
+            },
+            None => KUBELET_KUBECONFIGS
+                .iter()
+                .map(|(_, p)| on_host(Path::new(p)))
+                .find(|p| p.is_file())
+                .ok_or_else(|| {
+                    Failure::usage(format!(
+                        "no --pods and no --kubeconfig, and no kubelet kubeconfig on this node ({}): give one of them",
+                        KUBELET_KUBECONFIGS
+                            .iter()
+                            .map(|(d, p)| format!("{d} {p}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?,
+        };
+        let kc = Kubeconfig::load(&path, &on_host)?;
+        let (node, how) = self.node_name(&kc, &on_host);
+        let api = NodeApi::connect(&kc, Options::default())?;
+        Ok(Some(Connected { api, node, how }))
     }
 
     /// The node's name and where it came from.

@@ -5,6 +5,7 @@
 mod api_pods;
 mod dist;
 mod hash_cmd;
+mod hold_ready;
 mod render;
 mod spinner;
 mod upgrade_cmd;

@@ -134,6 +134,19 @@ pub struct UpgradeFlags {
     /// switching to cri-dockerd is verified at --cri-dockerd-endpoint).
     #[arg(long)]
     endpoint: Option<String>,
+    /// Do not renew the node's heartbeat while the kubelet is down: the node goes NotReady
+    /// (and its pods leave the endpoints) if the window outlasts the grace period, and the
+    /// budget defaults to that grace period.
+    #[arg(long)]
+    no_hold_ready: bool,
+    /// Renew the node's heartbeat (holding it Ready) for at most this many seconds after the
+    /// kubelet's stop; the budget defaults to it while holding.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300.0)]
+    hold_ready_max: f64,
+    /// What to renew: the node's Lease (auto: when it has one) or its Ready condition's
+    /// lastHeartbeatTime (clusters without node leases).
+    #[arg(long, value_enum, default_value_t = crate::hold_ready::Via::Auto)]
+    hold_ready_via: crate::hold_ready::Via,
     #[command(flatten)]
     services: ServiceFlags,
 }
@@ -161,6 +174,31 @@ fn node_path(store: &StoreFlags, path: &Path) -> Result<PathBuf, Failure> {
         .map_err(Failure::from)?
         .resolve(path)
         .map_err(|e| Failure::usage(format!("{} under the host root: {e}", path.display())))
+}
+
+/// The node's heartbeat to hold it Ready with, unless --no-hold-ready; none (said on stderr)
+/// where no kubeconfig is at hand: the window must then fit the grace period.
+fn hold_ready(
+    plan: &PlanFlags,
+    f: &UpgradeFlags,
+    host_root: Option<&Path>,
+) -> Result<Option<rehash::upgrade::HoldReady>, Failure> {
+    if f.no_hold_ready {
+        return Ok(None);
+    }
+    let Some(c) = plan.source.connect(host_root, false)? else {
+        eprintln!("kubelet-rehash: not holding the node Ready: no --kubeconfig and no kubelet kubeconfig on this node; the window must fit the grace period (--no-hold-ready says so on purpose)");
+        return Ok(None);
+    };
+    let hb =
+        crate::hold_ready::heartbeat(c.api, &c.node, f.hold_ready_via).map_err(|e| Failure {
+            code: exit::REFUSED,
+            msg: format!("cannot hold the node Ready: {e}; nothing stopped"),
+        })?;
+    Ok(Some(rehash::upgrade::HoldReady {
+        heartbeat: std::sync::Arc::new(std::sync::Mutex::new(hb)),
+        max: Duration::from_secs_f64(f.hold_ready_max),
+    }))
 }
 
 pub fn cmd_upgrade(
@@ -194,6 +232,12 @@ pub fn cmd_upgrade(
     if let Some(path) = &f.report {
         crate::refuse_report_symlink(path)?;
     }
+    if !(f.hold_ready_max.is_finite() && f.hold_ready_max > 0.0 && f.hold_ready_max <= MAX_BUDGET_S)
+    {
+        return Err(Failure::usage(format!(
+            "--hold-ready-max: a positive number of seconds, at most {MAX_BUDGET_S} (a day)"
+        )));
+    }
     let mut node_files = plan.node.read(&plan.store)?;
     let cri_dockerd = plan.node.switch_options(&plan.store)?;
     let location = plan.store.location()?;
@@ -201,6 +245,7 @@ pub fn cmd_upgrade(
     let crate::api_pods::Pods { bytes: pods, api } =
         plan.source.read(location.host_root.as_deref(), false)?;
     node_files.api = api;
+    let hold_ready = hold_ready(plan, f, location.host_root.as_deref())?;
     let backup_dir = match &f.backup_dir {
         Some(d) => d.clone(),
         None => location.default_backup_dir(kind)?,
@@ -241,6 +286,7 @@ pub fn cmd_upgrade(
         cri_dockerd,
         kubelet_flags,
         interrupt: &INTERRUPTED,
+        hold_ready,
     };
     catch_signals();
     let report = rehash::upgrade(&opts, &node)?;
@@ -313,6 +359,25 @@ fn render(report: &UpgradeReport, state_path: &Path, output: Output, out: &mut d
                 state_path.display()
             )
             .map_err(Failure::output)?;
+            if let Some(h) = &s.hold_ready {
+                let failed = h.renewals.iter().filter(|r| r.error.is_some()).count();
+                writeln!(
+                    out,
+                    "held Ready: {} renewal(s) of the {}{}; ended {}",
+                    h.renewals.len() - failed,
+                    h.what,
+                    if failed > 0 {
+                        format!(" ({failed} failed)")
+                    } else {
+                        String::new()
+                    },
+                    match (&h.ended, &h.ended_because) {
+                        (Some(e), Some(why)) => format!("{e:?}: {why}"),
+                        _ => "-".into(),
+                    }
+                )
+                .map_err(Failure::output)?;
+            }
         }
     }
     let (code, line) = match &report.result {

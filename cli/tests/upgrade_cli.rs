@@ -136,6 +136,8 @@ fn bad_input_is_exit_2_before_anything_is_read() {
         // Duration::from_secs_f64 panicked on it (exit 101), nothing stopped
         ("a budget of 1e30", with(&["--budget", "1e30"])),
         ("a budget of NaN", with(&["--budget", "NaN"])),
+        ("a hold of 0 s", with(&["--hold-ready-max", "0"])),
+        ("a hold of 1e30 s", with(&["--hold-ready-max", "1e30"])),
         (
             "https healthz",
             with(&["--kubelet-healthz", "https://127.0.0.1:10250/healthz"]),
@@ -159,6 +161,14 @@ fn bad_input_is_exit_2_before_anything_is_read() {
             "{what}: the usage error names {flag}: {stderr}"
         );
     }
+    // the hold's kubeconfig (beside --pods) that is not there: bad input, nothing stopped
+    let (code, _, stderr) = run(&with(&["--kubeconfig", "/nonexistent/kubelet.conf"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("kubeconfig /nonexistent/kubelet.conf"),
+        "the usage error names the kubeconfig: {stderr}"
+    );
+    nothing_ran(t.path());
     // a stop command without its start command
     let mut a = base.clone();
     let i = a.iter().position(|x| x == "--start-runtime").unwrap();

@@ -64,10 +64,10 @@ pub struct NodeInfo {
 pub struct NodeApi {
     rt: tokio::runtime::Runtime,
     client: kube::Client,
-    server: String,
+    pub(crate) server: String,
     identity: String,
     /// `system:node:NAME`'s NAME, when the credential is a node's.
-    own_node: Option<String>,
+    pub(crate) own_node: Option<String>,
     /// Where the CA came from, for TLS errors.
     ca: String,
     options: Options,
@@ -322,20 +322,26 @@ impl NodeApi {
         ))
     }
 
-    fn unexpected(&self, path: &str, what: String) -> Error {
-        Error::Unexpected {
-            server: self.server.clone(),
-            path: path.to_string(),
-            what,
-        }
+    pub(crate) fn unexpected(&self, path: &str, what: String) -> Error {
+        self.unexpected_call(&Call::get(path), what)
     }
 
     /// One GET with retries; `verb` and `what` name the request in a 403.
     fn get(&self, path: &str, verb: &'static str, what: &str) -> Result<String, Error> {
+        self.send(Call::get(path), verb, what)
+    }
+
+    /// One request with retries for failures that may pass (no connection, 429, 5xx).
+    pub(crate) fn send(
+        &self,
+        call: Call<'_>,
+        verb: &'static str,
+        what: &str,
+    ) -> Result<String, Error> {
         let mut backoff = self.options.first_backoff;
         let mut last = String::new();
         for attempt in 1..=self.options.attempts.max(1) {
-            match self.attempt(path, verb, what) {
+            match self.attempt(&call, verb, what) {
                 Ok(text) => return Ok(text),
                 Err(Attempt::Final(e)) => return Err(e),
                 Err(Attempt::Again(cause)) => last = cause,
@@ -352,10 +358,23 @@ impl NodeApi {
         })
     }
 
-    fn attempt(&self, path: &str, verb: &'static str, what: &str) -> Result<String, Attempt> {
-        let request = http::Request::get(path)
-            .body(Vec::new())
-            .map_err(|e| Attempt::Final(self.unexpected(path, e.to_string())))?;
+    pub(crate) fn unexpected_call(&self, call: &Call<'_>, what: String) -> Error {
+        Error::Unexpected {
+            server: self.server.clone(),
+            method: call.method,
+            path: call.path.to_string(),
+            what,
+        }
+    }
+
+    fn attempt(&self, call: &Call<'_>, verb: &'static str, what: &str) -> Result<String, Attempt> {
+        let mut request = http::Request::builder().method(call.method).uri(call.path);
+        if let Some(ct) = call.content_type {
+            request = request.header(http::header::CONTENT_TYPE, ct);
+        }
+        let request = request
+            .body(call.body.to_vec())
+            .map_err(|e| Attempt::Final(self.unexpected_call(call, e.to_string())))?;
         let deadline = self.options.connect_timeout + self.options.read_timeout;
         let result = self.rt.block_on(async {
             tokio::time::timeout(deadline, self.client.request_text(request)).await
@@ -385,7 +404,7 @@ impl NodeApi {
                         Err(Attempt::Again(format!("{} {}", status.code, message)))
                     }
                     code => Err(Attempt::Final(
-                        self.unexpected(path, format!("{code} {message}")),
+                        self.unexpected_call(call, format!("{code} {message}")),
                     )),
                 }
             }
@@ -401,6 +420,25 @@ impl NodeApi {
                     Err(Attempt::Again(chain))
                 }
             }
+        }
+    }
+}
+
+/// One request: method, path (with its query), body.
+pub(crate) struct Call<'a> {
+    pub(crate) method: &'static str,
+    pub(crate) path: &'a str,
+    pub(crate) body: &'a [u8],
+    pub(crate) content_type: Option<&'static str>,
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn get(path: &'a str) -> Self {
+        Call {
+            method: "GET",
+            path,
+            body: &[],
+            content_type: None,
         }
     }
 }
@@ -452,7 +490,7 @@ fn is_tls(chain: &str) -> bool {
 }
 
 /// Percent-encodes a query value or path segment (RFC 3986 unreserved kept).
-fn percent(s: &str) -> String {
+pub(crate) fn percent(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

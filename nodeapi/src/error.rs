@@ -112,10 +112,12 @@ pub enum Error {
         own: String,
     },
     /// Any other answer.
-    #[error("API server {server}: GET {path}: {what}")]
+    #[error("API server {server}: {method} {path}: {what}")]
     Unexpected {
         /// The server URL.
         server: String,
+        /// The request's method.
+        method: &'static str,
         /// The request path.
         path: String,
         /// What came back.

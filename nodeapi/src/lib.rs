@@ -12,16 +12,20 @@
 //! newer Kubernetes), which would change the hash; [`NodeApi::pods_of_node`] returns the
 //! served items byte for byte, joined into one `PodList`.
 //!
-//! Nothing here writes to the API server or to the node.
+//! Nothing here writes to the node; the one write to the API server is the node's heartbeat
+//! ([`heartbeat`]: its Lease's renewTime, or its Ready condition's lastHeartbeatTime), which
+//! `upgrade` renews while the kubelet is down.
 
 #![deny(missing_docs)]
 
 mod cert;
 mod client;
 mod error;
+pub mod heartbeat;
 mod kubeconfig;
 
 pub use cert::Certificate;
 pub use client::{NodeApi, NodeInfo, Options, ServerVersion};
 pub use error::{Error, ErrorClass};
+pub use heartbeat::{NodeLease, Renewal};
 pub use kubeconfig::{Kubeconfig, KUBELET_KUBECONFIGS};

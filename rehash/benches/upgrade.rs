@@ -145,6 +145,7 @@ fn main() {
                 cri_dockerd: rehash::cri_dockerd::SwitchOptions::default(),
                 kubelet_flags: rehash::upgrade::KubeletFlags::NodeFiles,
                 interrupt: &INTERRUPT,
+                hold_ready: None,
             };
             let node = InstantNode {
                 kubelet_up: Cell::new(true),

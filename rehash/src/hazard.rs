@@ -226,6 +226,48 @@ pub fn cgroup_v1_hazard(
     Some(h)
 }
 
+/// A kubelet before 1.35 resets every container's Started and Ready when it starts
+/// (KEP-4781 ended that in 1.35): readiness probes run again from Failure, so a pod with one
+/// leaves its Services' endpoints until its probe passes, however short the window and whether
+/// or not the node is held Ready. A `warn` naming how many pods have a readiness probe.
+pub fn readiness_reset_hazard(
+    pods: &crate::pods::PodIndex<'_>,
+    to: KubeletVersion,
+) -> Option<Hazard> {
+    #[derive(Deserialize)]
+    struct Probed {
+        #[serde(rename = "readinessProbe", default)]
+        readiness_probe: Option<serde::de::IgnoredAny>,
+    }
+    if to.minor() >= 35 {
+        return None;
+    }
+    let probed: Vec<String> = pods
+        .pods
+        .iter()
+        .filter(|p| {
+            p.containers.iter().any(|c| {
+                serde_json::from_slice::<Probed>(c.spec).is_ok_and(|s| s.readiness_probe.is_some())
+            })
+        })
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    if probed.is_empty() {
+        return None;
+    }
+    let h = Hazard::warn(
+        "readiness-reset-on-restart",
+        format!(
+            "kubelet {to} (before 1.35) resets container readiness when it starts: {} pod(s) with a readiness probe leave their Services' endpoints until the probe passes again (about one probe period), held Ready or not: {}",
+            probed.len(),
+            probed.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+                + if probed.len() > 5 { ", ..." } else { "" }
+        ),
+    )
+    .reference("https://github.com/kubernetes/enhancements/issues/4781");
+    Some(h)
+}
+
 /// The version skew policy between the target kubelet and the API server it will talk to
 /// (<https://kubernetes.io/releases/version-skew-policy/#kubelet>): never newer than the API
 /// server, and at most three minors older (two before kubelet 1.25). Upgrading a kubelet past

@@ -451,6 +451,10 @@ impl Plan {
                 plan.hazards.push(h);
             }
         }
+        if let Some(h) = crate::hazard::readiness_reset_hazard(pods, to) {
+            plan.warnings.push(h.message.clone());
+            plan.hazards.push(h);
+        }
         for h in crate::hazard::checkpoint_hazards(&checkpoints, to) {
             plan.warnings.push(h.message.clone());
             plan.hazards.push(h);

@@ -275,6 +275,7 @@ fn options(s: &Setup, interrupt: &'static AtomicBool) -> UpgradeOptions {
         },
         kubelet_flags: KubeletFlags::NodeFiles,
         interrupt,
+        hold_ready: None,
     }
 }
 

@@ -15,10 +15,12 @@
 //! when the patch was complete and read back, otherwise back.
 
 mod flags;
+pub mod hold;
 mod state;
 mod system;
 
 pub use flags::KubeletFlags;
+pub use hold::{Beat, HoldEnd, HoldLog, HoldReady, NodeHeartbeat, RenewalRecord, DEFAULT_HOLD_MAX};
 
 pub use state::{
     FlagsFileRecord, Measured, Phase, Progressed, Step, StepFailure, StepOutcome, StepRecord,
@@ -63,6 +65,10 @@ pub trait NodeControl {
     fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), String>;
     /// Whether the kubelet's health endpoint answers `ok`.
     fn healthy(&self, url: &str) -> bool;
+    /// The host's `/proc`, where the hold reads the watched containers' processes.
+    fn proc_dir(&self) -> PathBuf {
+        PathBuf::from("/proc")
+    }
     /// Whether the runtime's API answers (after its start).
     fn runtime_answers(&self, kind: RuntimeKind, endpoint: &str) -> bool {
         kind.runtime().live_containers(endpoint).is_ok()
@@ -131,6 +137,9 @@ pub struct UpgradeOptions {
     /// Set by the caller's SIGINT/SIGTERM handler: inside the window the run rolls back to a
     /// safe state; before it, it stops with nothing stopped.
     pub interrupt: &'static AtomicBool,
+    /// Renew the node's heartbeat while the kubelet is down ([`hold`]); `None`: the window
+    /// must fit the grace period.
+    pub hold_ready: Option<HoldReady>,
 }
 
 /// The switch's hazard for a cri-dockerd that answers (it must be stopped before the patch).
@@ -321,6 +330,7 @@ pub fn rollback_state(
         cri_dockerd: crate::cri_dockerd::SwitchOptions::default(),
         kubelet_flags: KubeletFlags::Keep,
         interrupt,
+        hold_ready: None,
     };
     sweep_kubelet_temps(&opts.kubelet_path);
     let mut run = Run::resume(&opts, node, store.as_ref(), prev);
@@ -366,6 +376,10 @@ struct Run<'a> {
     /// The new kubelet binary, written and made durable beside the installed one during the
     /// preflight: the window's install is then one rename.
     staged_kubelet: Option<storepatch::atomic::StagedFile>,
+    /// The node's heartbeat renewed while the kubelet is down.
+    holder: Option<hold::Holder>,
+    /// The state file, shared with the holder's writes.
+    sink: std::sync::Arc<hold::SharedState>,
 }
 
 impl<'a> Run<'a> {
@@ -375,7 +389,11 @@ impl<'a> Run<'a> {
         store: &'a dyn RuntimeStore,
         previous: Option<&UpgradeState>,
     ) -> Self {
-        let budget = opts.budget.unwrap_or_else(|| default_budget(opts.to));
+        // Held Ready, the window is bounded by the hold's maximum, not the grace period.
+        let budget = opts.budget.unwrap_or_else(|| match &opts.hold_ready {
+            Some(h) => h.max,
+            None => default_budget(opts.to),
+        });
         let mut state = UpgradeState::new(opts, store, budget);
         if let Some(p) = previous {
             state.measured = p.measured.clone();
@@ -394,6 +412,8 @@ impl<'a> Run<'a> {
             runtime_maybe_starting: false,
             resumed_at: None,
             staged_kubelet: None,
+            holder: None,
+            sink: Default::default(),
         }
     }
 
@@ -449,6 +469,8 @@ impl<'a> Run<'a> {
             runtime_maybe_starting,
             resumed_at: Some(Instant::now()),
             staged_kubelet: None,
+            holder: None,
+            sink: Default::default(),
         }
     }
 
@@ -462,7 +484,10 @@ impl<'a> Run<'a> {
         }
         // A state that cannot be written is not a reason to leave the node half-done: the
         // run goes on, and says so in the final report.
-        if let Err(e) = self.state.write(&self.opts.state_path) {
+        if let Some(h) = &self.holder {
+            self.state.hold_ready = Some(h.log());
+        }
+        if let Err(e) = self.sink.write(&self.opts.state_path, &self.state) {
             let msg = e.to_string();
             if !self.state.state_write_errors.contains(&msg) {
                 self.state.state_write_errors.push(msg);
@@ -559,6 +584,7 @@ impl<'a> Run<'a> {
     }
 
     fn finish_done(&mut self) -> UpgradeReport {
+        self.finish_hold();
         self.state.phase = Phase::Done;
         self.kubelet_down = None;
         self.runtime_down = None;
@@ -666,6 +692,22 @@ impl<'a> Run<'a> {
             ));
         }
         self.check_backup_room(&plan)?;
+        if let Some(hold) = &self.opts.hold_ready {
+            let mut hb = hold.heartbeat.lock().unwrap_or_else(|p| p.into_inner());
+            match hb.check() {
+                Ok(()) => self.state.notes.push(format!(
+                    "holding the node Ready while the kubelet is down: renewing the {} every {:.0} s for at most {:.0} s (a dry-run renewal was allowed)",
+                    hb.describe(),
+                    hb.interval().as_secs_f64(),
+                    hold.max.as_secs_f64()
+                )),
+                Err(e) => {
+                    return refuse(format!(
+                        "cannot hold the node Ready: {e}; nothing stopped (--no-hold-ready goes without, inside the grace period)"
+                    ))
+                }
+            }
+        }
         let predicted = self.predicted_window(&plan);
         self.state.predicted_window_s = Some(predicted.as_secs_f64());
         if predicted > self.budget {
@@ -918,7 +960,36 @@ impl<'a> Run<'a> {
                 ))
             })?;
         }
+        self.start_hold();
         Ok(())
+    }
+
+    /// From the kubelet's stop on, the heartbeat is renewed by this run (not by a run that
+    /// finishes a killed one: it does not know which processes to watch, and the node had
+    /// its grace period run out or not already).
+    fn start_hold(&mut self) {
+        if self.holder.is_some() || self.resumed {
+            return;
+        }
+        if let Some(hold) = &self.opts.hold_ready {
+            self.holder = Some(hold::Holder::start(
+                hold,
+                &self.kept_pids,
+                &self.node.proc_dir(),
+                self.sink.clone(),
+            ));
+            self.save();
+        }
+    }
+
+    /// Waits (up to two renewal intervals) for the started kubelet's own renewal, then stops
+    /// holding and records how it ended.
+    fn finish_hold(&mut self) {
+        if let Some(h) = self.holder.take() {
+            let wait = Duration::from_secs_f64(h.log().interval_s * 2.0);
+            self.state.hold_ready = Some(h.finish(wait));
+            self.save();
+        }
     }
 
     fn stop_runtime(&mut self, undo: bool) -> Result<(), StepError> {
@@ -1130,6 +1201,9 @@ impl<'a> Run<'a> {
         if !self.node.healthy(&self.opts.healthz) && self.node.kubelet_pid().is_none() {
             self.node.start_kubelet()?;
         }
+        if let Some(h) = &self.holder {
+            h.kubelet_started();
+        }
         self.state.done.kubelet_up = true;
         self.save();
         Ok(())
@@ -1294,6 +1368,7 @@ impl<'a> Run<'a> {
                 errors.push(format!("the old kubelet: {}", e.0));
             }
         }
+        self.finish_hold();
         self.kubelet_down = None;
         self.runtime_down = None;
         self.state.measured = Measured::from_steps(&self.state.steps, &self.state.measured);

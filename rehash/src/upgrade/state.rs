@@ -374,6 +374,9 @@ pub struct UpgradeState {
     /// Writes of this file that failed (the run went on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub state_write_errors: Vec<String>,
+    /// The node held Ready while the kubelet was down: every renewal, and why it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ready: Option<super::hold::HoldLog>,
 }
 
 impl UpgradeState {
@@ -417,6 +420,7 @@ impl UpgradeState {
             measured: Measured::default(),
             notes: Vec::new(),
             state_write_errors: Vec::new(),
+            hold_ready: None,
         }
     }
 

@@ -1,0 +1,194 @@
+//! `upgrade`'s hold of the node's Ready condition: the node's heartbeat in the API server
+//! ([`nodeapi::heartbeat`]) behind the library's [`NodeHeartbeat`].
+
+use std::time::Duration;
+
+use nodeapi::{NodeApi, NodeLease, Renewal};
+use rehash::upgrade::{Beat, NodeHeartbeat};
+
+/// How the heartbeat is renewed (`--hold-ready-via`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Via {
+    /// The node's Lease when it has one, else its Ready condition.
+    Auto,
+    /// The Lease in kube-node-lease (node leases: on by default from 1.14, GA in 1.17).
+    Lease,
+    /// The Ready condition's lastHeartbeatTime (a cluster without node leases).
+    NodeStatus,
+}
+
+/// The node's Lease, renewed conditionally on its resourceVersion.
+#[derive(Debug)]
+pub struct LeaseHeartbeat {
+    api: NodeApi,
+    node: String,
+    /// The lease as this holder last wrote it (or first read it).
+    last: NodeLease,
+}
+
+impl NodeHeartbeat for LeaseHeartbeat {
+    fn mechanism(&self) -> &'static str {
+        "lease"
+    }
+    fn describe(&self) -> String {
+        format!(
+            "lease {}/{} as {}",
+            nodeapi::heartbeat::NODE_LEASE_NAMESPACE,
+            self.node,
+            self.api.identity()
+        )
+    }
+    fn interval(&self) -> Duration {
+        self.last.renew_interval()
+    }
+    fn check(&mut self) -> Result<(), String> {
+        match self.api.renew_node_lease(&self.node, &self.last, true) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+    fn beat(&mut self) -> Result<Beat, String> {
+        if self.last.renew_time.is_empty() {
+            // first read, or the preflight's: the old kubelet may have renewed since; the
+            // kubelet is stopped now, so what is there is the old kubelet's last word
+            self.reread()?;
+        }
+        match self
+            .api
+            .renew_node_lease(&self.node, &self.last, false)
+            .map_err(|e| e.to_string())?
+        {
+            Renewal::Renewed(l) => {
+                let t = l.renew_time.clone();
+                self.last = l;
+                Ok(Beat::Renewed(t))
+            }
+            Renewal::Conflict => Ok(Beat::WrittenByOther(self.who()?)),
+        }
+    }
+    fn written_by_other(&mut self) -> Result<Option<String>, String> {
+        let now = self
+            .api
+            .node_lease(&self.node)
+            .map_err(|e| e.to_string())?
+            .ok_or("the lease is gone")?;
+        Ok((now.resource_version != self.last.resource_version).then(|| describe_write(&now)))
+    }
+}
+
+fn describe_write(l: &NodeLease) -> String {
+    format!(
+        "renewTime {} by {}, resourceVersion {}",
+        l.renew_time, l.holder_identity, l.resource_version
+    )
+}
+
+impl LeaseHeartbeat {
+    fn reread(&mut self) -> Result<(), String> {
+        let now = self
+            .api
+            .node_lease(&self.node)
+            .map_err(|e| e.to_string())?
+            .ok_or("the lease is gone")?;
+        self.last = now;
+        Ok(())
+    }
+    fn who(&self) -> Result<String, String> {
+        let now = self
+            .api
+            .node_lease(&self.node)
+            .map_err(|e| e.to_string())?
+            .ok_or("the lease is gone")?;
+        Ok(describe_write(&now))
+    }
+}
+
+/// The Ready condition's lastHeartbeatTime, for clusters without node leases.
+#[derive(Debug)]
+pub struct StatusHeartbeat {
+    api: NodeApi,
+    node: String,
+    /// The lastHeartbeatTime this holder last wrote (or first read).
+    last: String,
+}
+
+impl NodeHeartbeat for StatusHeartbeat {
+    fn mechanism(&self) -> &'static str {
+        "node-status"
+    }
+    fn describe(&self) -> String {
+        format!(
+            "Ready condition's lastHeartbeatTime of node {} as {}",
+            self.node,
+            self.api.identity()
+        )
+    }
+    fn interval(&self) -> Duration {
+        // the kubelet's nodeStatusUpdateFrequency
+        Duration::from_secs(10)
+    }
+    fn check(&mut self) -> Result<(), String> {
+        self.api
+            .beat_ready(&self.node, true)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+    fn beat(&mut self) -> Result<Beat, String> {
+        if let Some(who) = self.written_by_other()? {
+            return Ok(Beat::WrittenByOther(who));
+        }
+        let t = self
+            .api
+            .beat_ready(&self.node, false)
+            .map_err(|e| e.to_string())?;
+        self.last = t.clone();
+        Ok(Beat::Renewed(t))
+    }
+    fn written_by_other(&mut self) -> Result<Option<String>, String> {
+        if self.last.is_empty() {
+            return Ok(None);
+        }
+        let (_, now) = self
+            .api
+            .ready_heartbeat(&self.node)
+            .map_err(|e| e.to_string())?;
+        Ok((now != self.last).then(|| format!("lastHeartbeatTime {now}")))
+    }
+}
+
+/// The heartbeat to hold the node with: its Lease, or its Ready condition. Refused (a
+/// sentence) when the node is not Ready now: holding would keep a broken node's pods in the
+/// endpoints.
+pub fn heartbeat(api: NodeApi, node: &str, via: Via) -> Result<Box<dyn NodeHeartbeat>, String> {
+    let (ready, _) = api.ready_heartbeat(node).map_err(|e| e.to_string())?;
+    if !ready {
+        return Err(format!(
+            "node {node} is not Ready now: holding it Ready would hide that (--no-hold-ready)"
+        ));
+    }
+    let lease = match via {
+        Via::NodeStatus => None,
+        Via::Auto | Via::Lease => api.node_lease(node).map_err(|e| e.to_string())?,
+    };
+    match (lease, via) {
+        (Some(mut last), _) => {
+            // renewTime emptied: the first beat reads the lease again (the old kubelet may
+            // renew it until it stops)
+            last.renew_time.clear();
+            Ok(Box::new(LeaseHeartbeat {
+                api,
+                node: node.to_string(),
+                last,
+            }))
+        }
+        (None, Via::Lease) => Err(format!(
+            "node {node} has no lease in {} (--hold-ready-via node-status)",
+            nodeapi::heartbeat::NODE_LEASE_NAMESPACE
+        )),
+        (None, _) => Ok(Box::new(StatusHeartbeat {
+            api,
+            node: node.to_string(),
+            last: String::new(),
+        })),
+    }
+}
