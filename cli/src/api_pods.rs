@@ -15,13 +15,12 @@ pub struct PodsFlags {
     /// `kubectl get pods -A --field-selector spec.nodeName=NODE -o json` (PodList, List or
     /// Pod), taken after the control plane was upgraded; `-` for stdin. Without it the pods
     /// are listed from the API server (--kubeconfig).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "kubeconfig")]
     pub pods: Option<PathBuf>,
     /// List the node's pods from the API server with this kubeconfig (normally the kubelet's
     /// own: its client certificate may read exactly the pods bound to the node); `upgrade`
-    /// also renews the node's heartbeat with it (--pods and --kubeconfig together: the pods
-    /// from the file, the heartbeat with the kubeconfig). Default: the kubelet kubeconfig of
-    /// the node's layout, under --host-root
+    /// also renews the node's heartbeat with it. Default: the kubelet kubeconfig of the
+    /// node's layout (with --pods: for the heartbeat only), under --host-root
     /// (kubeadm /etc/kubernetes/kubelet.conf, k3s and RKE2
     /// /var/lib/rancher/{k3s,rke2}/agent/kubelet.kubeconfig, MicroK8s
     /// /var/snap/microk8s/current/credentials/kubelet.config).

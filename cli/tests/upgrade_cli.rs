@@ -161,12 +161,13 @@ fn bad_input_is_exit_2_before_anything_is_read() {
             "{what}: the usage error names {flag}: {stderr}"
         );
     }
-    // the hold's kubeconfig (beside --pods) that is not there: bad input, nothing stopped
+    // --pods with --kubeconfig (issue 36: one source of pods; with --pods the heartbeat is
+    // renewed with the node's kubelet kubeconfig, found as without --pods)
     let (code, _, stderr) = run(&with(&["--kubeconfig", "/nonexistent/kubelet.conf"]));
     assert_eq!(code, 2, "{stderr}");
     assert!(
-        stderr.contains("kubeconfig /nonexistent/kubelet.conf"),
-        "the usage error names the kubeconfig: {stderr}"
+        stderr.contains("--kubeconfig") && stderr.contains("--pods"),
+        "the usage error names both flags: {stderr}"
     );
     nothing_ran(t.path());
     // a stop command without its start command
