@@ -67,11 +67,7 @@ impl NodeHeartbeat for LeaseHeartbeat {
         }
     }
     fn written_by_other(&mut self) -> Result<Option<String>, String> {
-        let now = self
-            .api
-            .node_lease(&self.node)
-            .map_err(|e| e.to_string())?
-            .ok_or("the lease is gone")?;
+        let now = self.current()?;
         Ok((now.resource_version != self.last.resource_version).then(|| describe_write(&now)))
     }
 }
@@ -84,22 +80,19 @@ fn describe_write(l: &NodeLease) -> String {
 }
 
 impl LeaseHeartbeat {
-    fn reread(&mut self) -> Result<(), String> {
-        let now = self
-            .api
+    /// The lease as the API server has it now.
+    fn current(&self) -> Result<NodeLease, String> {
+        self.api
             .node_lease(&self.node)
             .map_err(|e| e.to_string())?
-            .ok_or("the lease is gone")?;
-        self.last = now;
+            .ok_or_else(|| "the lease is gone".to_string())
+    }
+    fn reread(&mut self) -> Result<(), String> {
+        self.last = self.current()?;
         Ok(())
     }
     fn who(&self) -> Result<String, String> {
-        let now = self
-            .api
-            .node_lease(&self.node)
-            .map_err(|e| e.to_string())?
-            .ok_or("the lease is gone")?;
-        Ok(describe_write(&now))
+        Ok(describe_write(&self.current()?))
     }
 }
 

@@ -383,6 +383,12 @@ struct NodeFlags {
     /// asks (default unix:///var/run/cri-dockerd.sock, under --host-root).
     #[arg(long, value_name = "ENDPOINT")]
     cri_dockerd_endpoint: Option<String>,
+    /// Where the kubelet binary is installed on the node (under --host-root): `upgrade`
+    /// replaces it; with the pods from a file, its `--version` is what `--from auto` takes
+    /// where the stored hashes allow several versions (from the API server, the Node's
+    /// reported version is).
+    #[arg(long, value_name = "PATH", default_value = "/usr/bin/kubelet")]
+    pub kubelet_path: PathBuf,
 }
 
 impl NodeFlags {
@@ -398,6 +404,29 @@ impl NodeFlags {
             endpoint: self.cri_dockerd_endpoint.clone(),
             host_root: store.location()?.host_root,
         })
+    }
+
+    /// Offline, what the installed kubelet says of itself (`--kubelet-path`, under
+    /// `--host-root`): `None` where there is no such file; a binary that does not answer is
+    /// said on stderr and left out (the hashes alone then decide).
+    pub fn installed_kubelet(
+        &self,
+        store: &StoreFlags,
+    ) -> Result<Option<rehash::InstalledKubelet>, Failure> {
+        let path = crate::upgrade_cmd::node_path(store, &self.kubelet_path)?;
+        if !path.is_file() {
+            return Ok(None);
+        }
+        match rehash::upgrade::kubelet_version_of(&path) {
+            Ok(version) => Ok(Some(rehash::InstalledKubelet {
+                path: path.display().to_string(),
+                version,
+            })),
+            Err(e) => {
+                eprintln!("kubelet-rehash: {e}; --from auto goes by the stored hashes alone");
+                Ok(None)
+            }
+        }
     }
 
     /// Reads what the flags name; a default path that is not there is simply not read, a
@@ -432,6 +461,7 @@ impl NodeFlags {
             // the hierarchy this process sees is the host's kind (v1 or v2), in a Job too
             cgroup_fs: None,
             api: None,
+            installed_kubelet: None,
         })
     }
 }
@@ -539,6 +569,7 @@ fn plan_node(
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
     let switch = node.switch_options(store)?;
+    let node_flags = node;
     let mut node = node.read(store)?;
     let location = store.location()?;
     // Pods from the API server are read first: one that cannot be asked leaves even the
@@ -550,6 +581,13 @@ fn plan_node(
     } else {
         None
     };
+    // offline, the installed kubelet's own --version (with the pods from the API server, the
+    // Node's reported version)
+    let installed = if from_api {
+        None
+    } else {
+        node_flags.installed_kubelet(store)?
+    };
     let store = location.open()?;
     let lock = lock
         .then(|| storepatch::lock::StoreLock::acquire(store.root()))
@@ -559,6 +597,7 @@ fn plan_node(
         Some(p) => p,
         None => source.read(location.host_root.as_deref(), false)?,
     };
+    node.installed_kubelet = installed;
     node.api = api;
     let (mut plan, networks) = Plan::build_with_networks(&pods, store.as_ref(), from, to, &node)?;
     rehash::cri_dockerd::plan_switch_with_networks(&mut plan, &networks, &switch)?;

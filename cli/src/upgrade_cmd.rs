@@ -93,9 +93,6 @@ pub struct UpgradeFlags {
     /// and it must accept the running kubelet's command line).
     #[arg(long, value_name = "NEW")]
     kubelet_binary: Option<PathBuf>,
-    /// Where the kubelet binary is installed on the node (under --host-root).
-    #[arg(long, value_name = "PATH", default_value = "/usr/bin/kubelet")]
-    kubelet_path: PathBuf,
     /// How many seconds the kubelet may be down (default 40; 50 for --to 1.32 and newer).
     #[arg(long, value_name = "SECONDS")]
     budget: Option<f64>,
@@ -167,7 +164,7 @@ fn catch_signals() {
     }
 }
 
-fn node_path(store: &StoreFlags, path: &Path) -> Result<PathBuf, Failure> {
+pub(crate) fn node_path(store: &StoreFlags, path: &Path) -> Result<PathBuf, Failure> {
     let location = store.location()?;
     location
         .host()
@@ -244,6 +241,9 @@ pub fn cmd_upgrade(
     let kind = location.open()?.kind();
     let crate::api_pods::Pods { bytes: pods, api } =
         plan.source.read(location.host_root.as_deref(), false)?;
+    if api.is_none() {
+        node_files.installed_kubelet = plan.node.installed_kubelet(&plan.store)?;
+    }
     node_files.api = api;
     let hold_ready = hold_ready(plan, f, location.host_root.as_deref())?;
     let backup_dir = match &f.backup_dir {
@@ -254,7 +254,7 @@ pub fn cmd_upgrade(
         Some(s) => s.clone(),
         None => node_path(&plan.store, Path::new(DEFAULT_STATE))?,
     };
-    let kubelet_path = node_path(&plan.store, &f.kubelet_path)?;
+    let kubelet_path = node_path(&plan.store, &plan.node.kubelet_path)?;
     let node = f.services.node(kind, location.host_root.as_deref());
     let kubelet_flags = if f.keep_kubelet_flags {
         KubeletFlags::Keep

@@ -536,6 +536,9 @@ fn cri_dockerd_switch_keeps_every_container_and_sandbox() {
         let out = run(&[s("verify"), s("--live"), s("--report"), p(&report)]);
         expect_code("verify --live", &out, 0);
         sc.check_through_cri(&pids, to, &format!("after patch to {to}"));
+        if to == "1.24" {
+            already_switched_node_is_not_switched_again(&sc);
+        }
 
         // rollback (dockerd and cri-dockerd stopped again)
         sc.stop();
@@ -609,6 +612,79 @@ fn cri_dockerd_switch_keeps_every_container_and_sandbox() {
             "{to}: {all}"
         );
     }
+}
+
+/// Issue 36: a node already on cri-dockerd (kubelet 1.24, this one just switched) whose hashes
+/// are also 1.23's (1.21–1.24 hash these specs alike) is read, by the hashes alone, as a
+/// dockershim node, and planned for the switch it already made. The installed kubelet's own
+/// `--version` (offline; online the Node's report) settles it: 1.24, no switch.
+fn already_switched_node_is_not_switched_again(sc: &Scenario) {
+    let plan = |kubelet: &Path| -> Value {
+        let mut a = vec![
+            s("plan"),
+            s("--pods"),
+            p(&sc.pods_file),
+            s("--to"),
+            s("1.25"),
+            s("--kubelet-path"),
+            p(kubelet),
+            s("-o"),
+            s("json"),
+        ];
+        a.extend(sc.store_flags());
+        let out = run(&a);
+        expect_code("plan of the switched node", &out, 0);
+        serde_json::from_str(&out.stdout).unwrap()
+    };
+    let switch_codes = |plan: &Value| -> Vec<String> {
+        plan["hazards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["code"].as_str().unwrap().to_string())
+            .filter(|c| c == "cri-dockerd-checkpoints" || c == "kubelet-flags-change")
+            .collect()
+    };
+    // the hashes alone cannot tell: both sides of 1.24 are candidates, and the oldest is the
+    // plan's `from` (what keeps it from planning the switch again is then only cri-dockerd's
+    // root holding the checkpoints, `cri-dockerd-already`)
+    let blind = plan(&sc.node.t.join("no-kubelet-here"));
+    let candidates = blind["from_candidates"].as_array().unwrap();
+    assert!(
+        candidates.contains(&json!("1.23")) && candidates.contains(&json!("1.24")),
+        "the stored hashes allow both sides of 1.24: {candidates:?}"
+    );
+    assert_ne!(blind["from"], json!("1.24"), "{}", blind["from"]);
+    // the installed kubelet's --version: 1.24, no switch
+    let kubelet = sc.node.t.join("kubelet-1.24");
+    fs::write(&kubelet, "#!/bin/sh\necho Kubernetes v1.24.17\n").unwrap();
+    fs::set_permissions(
+        &kubelet,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let seen = plan(&kubelet);
+    assert_eq!(
+        seen["from"],
+        json!("1.24"),
+        "the installed kubelet's version decides among {}",
+        seen["from_candidates"]
+    );
+    assert!(
+        switch_codes(&seen).is_empty() && seen["cri_dockerd"].is_null(),
+        "a node already on cri-dockerd is not planned for the switch again: {} {}",
+        seen["hazards"],
+        seen["cri_dockerd"]
+    );
+    assert!(
+        seen["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("the installed kubelet")),
+        "the plan says who decided: {}",
+        seen["warnings"]
+    );
 }
 
 /// Why patch rewrites the checksum: a dockershim checkpoint copied byte for byte into

@@ -1500,9 +1500,11 @@ fn ready_seen(w: &Window) -> String {
 ///    Service loses endpoints (the test sees the failure it guards against);
 /// 2. with the hold, up to `at` again: Ready stays True, no taint, no pod evicted, no endpoint
 ///    dropped (a target before 1.35 resets readiness itself: reported, not asserted);
-/// 3. (`failsafes`) a container killed in the window: the renewals stop and the node goes
-///    Unknown within the grace period;
-/// 4. (`failsafes`) `upgrade` killed with SIGKILL in the window: the same; `rollback --state`
+/// 3. (`failsafes`) back to `other` held through the Ready condition's heartbeat (the
+///    fallback for clusters without node leases), on the same real controller;
+/// 4. (`failsafes`) a container killed in the window (up to `at` again): the renewals stop and
+///    the node goes Unknown within the grace period;
+/// 5. (`failsafes`) `upgrade` killed with SIGKILL in the window: the same; `rollback --state`
 ///    then brings the node back.
 #[allow(clippy::too_many_arguments)]
 fn hold_cases(
@@ -1624,6 +1626,46 @@ fn hold_cases(
         return rows;
     }
 
+    // 2b. the fallback for clusters without node leases, on the same real controller: the
+    // Ready condition's lastHeartbeatTime (the controller takes either as the heartbeat)
+    let (w, state, gone) = window(
+        other,
+        other_v,
+        other_kubelet,
+        vec![
+            "--hold-ready-via".into(),
+            "node-status".into(),
+            "--stop-runtime".into(),
+            sleep_after("stop-runtime"),
+        ],
+        "a long window held Ready through the node's status",
+    );
+    held(
+        &w,
+        &format!("{pair}: a {long} s window held Ready through the node's status"),
+    );
+    assert!(
+        gone.is_empty(),
+        "{pair}: node-status hold: no pod evicted: {gone:?}"
+    );
+    let (renewals, ended, _) = hold_log(&state);
+    assert_eq!(
+        (state["hold_ready"]["mechanism"].as_str(), ended.as_str()),
+        (Some("node-status"), "kubelet-renewed"),
+        "{pair}: held through the Ready condition until the kubelet's own status update: {:#}",
+        state["hold_ready"]
+    );
+    assert!(
+        renewals as u64 >= long / 10,
+        "{pair}: a heartbeat every 10 s ({renewals})"
+    );
+    rows.push(row(
+        "with the hold, via the node's status",
+        &w,
+        &state,
+        &gone,
+    ));
+
     // 3. a container killed in the window: renewals stop, the node goes Unknown
     let victim = observe(lab)
         .get("default/hostnet/main")
@@ -1632,8 +1674,8 @@ fn hold_cases(
     let sampler = Sampler::start(lab);
     let o = upgrade_command(
         lab,
-        other,
-        other_kubelet,
+        at,
+        at_kubelet,
         &state_dir,
         &[
             "--start-runtime".into(),
@@ -1654,9 +1696,9 @@ fn hold_cases(
         )
     });
     let now_v = if state["phase"] == "done" {
-        other_v
-    } else {
         at_v
+    } else {
+        other_v
     };
     wait_settled(lab, now_v, &format!("{pair}: after a container was killed"));
     let w = sampler.finish();

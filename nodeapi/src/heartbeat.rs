@@ -92,6 +92,32 @@ impl NodeApi {
         }
     }
 
+    /// One write; `dry_run`: authorized and admitted, nothing stored (`?dryRun=All`).
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: &[u8],
+        content_type: &'static str,
+        dry_run: bool,
+        verb: &'static str,
+        what: &str,
+    ) -> Result<String, Error> {
+        let path = if dry_run {
+            format!("{path}?dryRun=All")
+        } else {
+            path.to_string()
+        };
+        let call = Call {
+            method,
+            path: &path,
+            body,
+            content_type: Some(content_type),
+        };
+        self.send(call, verb, what)
+    }
+
     fn lease_path(node: &str) -> String {
         format!(
             "/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{}",
@@ -131,20 +157,16 @@ impl NodeApi {
         let mut object = lease.object.clone();
         object["spec"]["renewTime"] = Value::String(micro_time(std::time::SystemTime::now()));
         let body = serde_json::to_vec(&object).expect("a JSON value serializes");
-        let mut path = Self::lease_path(node);
-        if dry_run {
-            path.push_str("?dryRun=All");
-        }
-        let call = Call {
-            method: "PUT",
-            path: &path,
-            body: &body,
-            content_type: Some("application/json"),
-        };
-        match self.send(
-            call,
+        let path = Self::lease_path(node);
+        let what = format!("lease {NODE_LEASE_NAMESPACE}/{node}");
+        match self.write(
+            "PUT",
+            &path,
+            &body,
+            "application/json",
+            dry_run,
             "update",
-            &format!("lease {NODE_LEASE_NAMESPACE}/{node}"),
+            &what,
         ) {
             Ok(text) => NodeLease::from_json(&text)
                 .map(Renewal::Renewed)
@@ -176,29 +198,25 @@ impl NodeApi {
         ))
     }
 
-    /// Sets the Ready condition's `lastHeartbeatTime` to now (a strategic merge patch of the
+    /// Sets the Ready condition's `lastHeartbeatTime` to a second ago (a strategic merge patch of the
     /// node's status, keyed by the condition's type: its status, reason and message stay);
     /// returns the time written. For clusters without node leases.
     pub fn beat_ready(&self, node: &str, dry_run: bool) -> Result<String, Error> {
         self.own_only(node)?;
-        // metav1.Time: whole seconds
-        let now = micro_time(std::time::SystemTime::now());
+        // metav1.Time: whole seconds. One second in the past on purpose: the controller takes
+        // any change of the value as a heartbeat, and a kubelet on this node writes its own
+        // "now", which is then always later than what this wrote, never equal to it: its
+        // first status after its start is told from ours by the value alone.
+        let now = micro_time(std::time::SystemTime::now() - std::time::Duration::from_secs(1));
         let now = format!("{}Z", &now[..19]);
         let body = serde_json::to_vec(&serde_json::json!({
             "status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": now}]}
         }))
         .expect("a JSON value serializes");
-        let mut path = format!("/api/v1/nodes/{}/status", percent(node));
-        if dry_run {
-            path.push_str("?dryRun=All");
-        }
-        let call = Call {
-            method: "PATCH",
-            path: &path,
-            body: &body,
-            content_type: Some("application/strategic-merge-patch+json"),
-        };
-        self.send(call, "patch", &format!("the status of node {node}"))?;
+        let path = format!("/api/v1/nodes/{}/status", percent(node));
+        let what = format!("the status of node {node}");
+        let ct = "application/strategic-merge-patch+json";
+        self.write("PATCH", &path, &body, ct, dry_run, "patch", &what)?;
         Ok(now)
     }
 }

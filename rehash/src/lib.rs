@@ -77,8 +77,8 @@ pub use hazard::{Hazard, Severity};
 pub use node::{default_backup_dir, StoreLocation};
 pub use patch::{patch, BackupOptions, PatchReport};
 pub use plan::{
-    Action, ApiFacts, From, NodeFiles, PhaseTiming, Plan, PlanRecord, Stage, Summary, Timings,
-    REPORT_FORMAT,
+    Action, ApiFacts, From, InstalledKubelet, NodeFiles, PhaseTiming, Plan, PlanRecord, Stage,
+    Summary, Timings, REPORT_FORMAT,
 };
 pub use progress::{Event, Progress, Silent};
 pub use rollback::{rollback, rollback_values, ValueRollback};

@@ -79,6 +79,21 @@ pub struct NodeFiles {
     /// reported kubelet version decide `--from auto` where the hashes cannot and add the
     /// version-skew hazards ([`crate::hazard::version_skew_hazards`]).
     pub api: Option<ApiFacts>,
+    /// Offline (no [`NodeFiles::api`]): what the installed kubelet binary says of itself,
+    /// which then decides `--from auto` in its place.
+    pub installed_kubelet: Option<InstalledKubelet>,
+}
+
+/// The installed kubelet binary and its own `--version` (`Kubernetes v1.36.3`): offline, the
+/// witness of the running kubelet's version where the stored hashes allow several (1.23 and
+/// 1.24 hash every spec alike). A binary replaced on disk before the kubelet was restarted
+/// says the new version: the hashes then disagree, and the plan blocks naming both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstalledKubelet {
+    /// The binary.
+    pub path: String,
+    /// Its `--version` output's version word (`v1.36.3`).
+    pub version: String,
 }
 
 /// What the API server said of itself and of the node (issue 36), as plain data: the
@@ -390,23 +405,39 @@ impl Plan {
                 manifests: node.manifests.as_ref(),
             })
         };
-        let reported = node.api.as_ref().and_then(|a| {
-            a.node_kubelet_version
+        // who says which kubelet runs: the Node (from the API server), else, offline, the
+        // installed binary
+        let reported = match (&node.api, &node.installed_kubelet) {
+            (Some(a), _) => a
+                .node_kubelet_version
                 .parse::<KubeletVersion>()
                 .ok()
-                .map(|v| (v, a))
-        });
+                .map(|v| {
+                    (
+                        v,
+                        format!("Node {} reports kubelet {}", a.node, a.node_kubelet_version),
+                    )
+                }),
+            (None, Some(k)) => k.version.parse::<KubeletVersion>().ok().map(|v| {
+                (
+                    v,
+                    format!(
+                        "the installed kubelet {} says {} (--version)",
+                        k.path, k.version
+                    ),
+                )
+            }),
+            (None, None) => None,
+        };
         let mut plan = match (from, reported) {
-            (From::Auto, Some((v, api))) => match build(From::Auto) {
+            (From::Auto, Some((v, witness))) => match build(From::Auto) {
                 Ok(auto) if auto.from == Some(v) => auto,
                 Ok(auto) if auto.from_candidates.contains(&v) => {
                     // the hashes allow several versions (1.23 and 1.24 hash every spec alike):
                     // the running kubelet's own report decides
                     let mut plan = build(From::Version(v))?;
                     plan.warnings.push(format!(
-                        "--from auto: kubelet {v}, as Node {} reports it ({}); the stored hashes allow {}",
-                        api.node,
-                        api.node_kubelet_version,
+                        "--from auto: kubelet {v}, as {witness}; the stored hashes allow {}",
                         ranges(&auto.from_candidates.iter().copied().collect())
                     ));
                     plan.from_candidates = auto.from_candidates;
@@ -416,9 +447,7 @@ impl Plan {
                     let h = Hazard::block(
                         "kubelet-version-disagrees",
                         format!(
-                            "Node {} reports kubelet {} but the stored hashes prove {}: the node's containers were not created by the kubelet that runs (a kubelet swapped without restarting its pods, or the wrong node's API credentials): find out which is right, then give --from",
-                            api.node,
-                            api.node_kubelet_version,
+                            "{witness} but the stored hashes prove {}: the node's containers were not created by the kubelet that runs (a kubelet swapped without restarting its pods, a binary replaced before its restart, or the wrong node's API credentials): find out which is right, then give --from",
                             ranges(&auto.from_candidates.iter().copied().collect())
                         ),
                     );
@@ -430,13 +459,12 @@ impl Plan {
                 Err(Error::NothingProven) => build(From::Version(v))?,
                 Err(e) => return Err(e),
             },
-            (From::Version(f), Some((v, api))) if f != v => {
+            (From::Version(f), Some((v, witness))) if f != v => {
                 let mut plan = build(from)?;
                 let h = Hazard::warn(
                     "kubelet-version-disagrees",
                     format!(
-                        "--from {f} is given but Node {} reports kubelet {}: the plan proves each stored hash against {f}",
-                        api.node, api.node_kubelet_version
+                        "--from {f} is given but {witness}: the plan proves each stored hash against {f}"
                     ),
                 );
                 plan.warnings.push(h.message.clone());

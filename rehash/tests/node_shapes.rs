@@ -1051,7 +1051,7 @@ fn the_nodes_reported_kubelet_version_settles_from_auto_and_a_disagreement_block
     assert!(decided
         .warnings
         .iter()
-        .any(|w| w.contains("as Node worker-1 reports it")));
+        .any(|w| w.contains("as Node worker-1 reports kubelet")));
     // a version the hashes rule out blocks, naming both
     let outside = hashcompat::KubeletVersion::all()
         .into_iter()
@@ -1071,6 +1071,61 @@ fn the_nodes_reported_kubelet_version_settles_from_auto_and_a_disagreement_block
     assert_eq!(h.severity, rehash::Severity::Block);
     assert!(
         h.message.contains(&format!("v{outside}.0")) && h.message.contains("stored hashes prove"),
+        "{}",
+        h.message
+    );
+}
+
+/// Offline (issue 36): the installed kubelet's own `--version` is the witness the Node's report
+/// is online: it settles `--from auto` among the candidates, and one the hashes rule out (a
+/// binary replaced before its kubelet restarted) blocks, naming the binary.
+#[test]
+fn offline_the_installed_kubelets_version_settles_from_auto_and_a_disagreement_blocks() {
+    let n = node("containerd-1.7");
+    let pods = pods_of(&n);
+    patch_to(
+        &n,
+        &serde_json::to_vec(&pods).unwrap(),
+        From::Auto,
+        "1.31",
+        "bk-to-1.31",
+    );
+    let installed = |v: String| NodeFiles {
+        installed_kubelet: Some(rehash::InstalledKubelet {
+            path: "/usr/bin/kubelet".into(),
+            version: v,
+        }),
+        ..NodeFiles::default()
+    };
+    let auto = plan_with(&n, &pods, "1.31", &NodeFiles::default());
+    let reported = *auto.from_candidates.last().unwrap();
+    let decided = plan_with(&n, &pods, "1.31", &installed(format!("v{reported}.2")));
+    assert_eq!(
+        decided.from,
+        Some(reported),
+        "the installed kubelet's version is --from"
+    );
+    assert!(
+        decided
+            .warnings
+            .iter()
+            .any(|w| w.contains("as the installed kubelet /usr/bin/kubelet says")),
+        "{:?}",
+        decided.warnings
+    );
+    let outside = hashcompat::KubeletVersion::all()
+        .into_iter()
+        .find(|v| !auto.from_candidates.contains(v) && v.minor() <= 31)
+        .unwrap();
+    let disagreed = plan_with(&n, &pods, "1.31", &installed(format!("v{outside}.0")));
+    let h = disagreed
+        .hazards
+        .iter()
+        .find(|h| h.code == "kubelet-version-disagrees")
+        .expect("a disagreement hazard");
+    assert_eq!(h.severity, rehash::Severity::Block);
+    assert!(
+        h.message.contains("/usr/bin/kubelet") && h.message.contains(&format!("v{outside}.0")),
         "{}",
         h.message
     );

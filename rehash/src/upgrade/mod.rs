@@ -26,7 +26,7 @@ pub use state::{
     FlagsFileRecord, Measured, Phase, Progressed, Step, StepFailure, StepOutcome, StepRecord,
     UpgradeState, STATE_FORMAT,
 };
-pub use system::{SystemNode, DEFAULT_HEALTHZ};
+pub use system::{kubelet_version_of, SystemNode, DEFAULT_HEALTHZ};
 
 use crate::error::Error;
 use crate::hazard::Severity;

@@ -112,6 +112,32 @@ fn run_shell(cmd: &str) -> Result<(), String> {
     }
 }
 
+/// What a kubelet binary says of itself: the version word of `BINARY --version`
+/// (`Kubernetes v1.36.3` → `v1.36.3`), the command killed after 10 s.
+pub fn kubelet_version_of(binary: &Path) -> Result<String, String> {
+    let (ok, out) = run_captured(
+        Command::new(binary).arg("--version"),
+        Duration::from_secs(10),
+    )?;
+    if !ok {
+        return Err(format!(
+            "`{} --version` failed: {}",
+            binary.display(),
+            out.trim()
+        ));
+    }
+    out.split_whitespace()
+        .find(|w| w.starts_with("v1.") && w[1..].parse::<hashcompat::KubeletVersion>().is_ok())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            format!(
+                "`{} --version` names no kubelet version: {}",
+                binary.display(),
+                out.trim()
+            )
+        })
+}
+
 /// Runs `cmd` (stdin closed, both output streams captured into one) in a process group of its
 /// own, killing the group after `timeout`.
 fn run_captured(cmd: &mut Command, timeout: Duration) -> Result<(bool, String), String> {
