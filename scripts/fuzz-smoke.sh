@@ -186,4 +186,8 @@ if [ "${#failed[@]}" -gt 0 ]; then
     echo "fuzz-smoke: crash inputs are in fuzz/artifacts/<target>/" >&2
     exit 1
 fi
-echo "fuzz-smoke: all ${#TARGETS[@]} targets ran ${TIME}s without a crash"
+if [ "$GOAL" = 1 ]; then
+    echo "fuzz-smoke: all ${#TARGETS[@]} targets ran to their goal without a crash"
+else
+    echo "fuzz-smoke: all ${#TARGETS[@]} targets ran ${TIME}s without a crash"
+fi
