@@ -6,7 +6,7 @@
 # certificate (system:node:<name>). For people and for the tests (cli/tests/real_kubelet.rs):
 #
 #   k8s-lab.sh build [--kubelet-only] VERSION...     build into the cache; prints the dir last
-#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd] [--dir DIR]
+#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd|crio] [--dir DIR]
 #                                                    start everything; prints `export` lines
 #   k8s-lab.sh stop-kubelet|start-kubelet|stop-runtime|start-runtime --dir DIR
 #                                                    what `kubelet-rehash upgrade` is given
@@ -333,11 +333,16 @@ build_image() { # name tag entrypoint-json -> tar path
 }
 
 import_images() {
-    local tar
-    tar="$(build_image pause "$pause_image" '["/bin/sh","-c","trap \"exit 0\" TERM INT; while true; do sleep 3600 & wait $!; done"]')"
-    "$ctr_bin/ctr" --address "$runtime_sock" -n k8s.io images import "$tar" >/dev/null
-    tar="$(build_image busybox "$busybox_image" '["/bin/sh"]')"
-    "$ctr_bin/ctr" --address "$runtime_sock" -n k8s.io images import "$tar" >/dev/null
+    local pause busybox
+    pause="$(build_image pause "$pause_image" '["/bin/sh","-c","trap \"exit 0\" TERM INT; while true; do sleep 3600 & wait $!; done"]')"
+    busybox="$(build_image busybox "$busybox_image" '["/bin/sh"]')"
+    if [ "$runtime" = crio ]; then
+        crio_import "$pause" "$pause_image"
+        crio_import "$busybox" "$busybox_image"
+    else
+        "$ctr_bin/ctr" --address "$runtime_sock" -n k8s.io images import "$pause" >/dev/null
+        "$ctr_bin/ctr" --address "$runtime_sock" -n k8s.io images import "$busybox" >/dev/null
+    fi
 }
 
 write_containerd_config() {
@@ -379,6 +384,39 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         Root = "$dir/containerd/runc"
         SystemdCgroup = false
 EOF
+}
+
+# CRI-O (--runtime crio): CRI-O 1.30.14 built by scripts/setup-crio.sh (crio, pinns, copyimg),
+# Debian's conmon and runc; the node's own containers/storage under $dir/crio, no pause process
+# (drop_infra_ctr: pinns holds the namespaces), the lab's CNI bridge and images.
+crio_bin() {
+    local d="$here/.cache/crio/bin"
+    [ -x "$d/crio" ] || "$here/scripts/setup-crio.sh" >&2
+    [ -x "$d/crio" ] || die "no crio at $d"
+    echo "$d"
+}
+
+write_crio_config() {
+    local c="$dir/crio"
+    mkdir -p "$c/etc/crio.conf.d" "$c/etc/containers" "$c/var/log/crio" "$c/var/run/crio" "$c/var/lib/crio"
+    echo '{"default":[{"type":"insecureAcceptAnything"}]}' > "$c/etc/containers/policy.json"
+    printf '[storage]\ndriver = "overlay"\ngraphroot = "%s"\nrunroot = "%s"\n' "$runtime_root" "$runtime_runroot" > "$c/etc/containers/storage.conf"
+    : > "$c/etc/containers/registries.conf"
+    # the template testtools' CRI-O node uses too
+    sed -e "s|@GRAPHROOT@|$runtime_root|g" -e "s|@RUNROOT@|$runtime_runroot|g" \
+        -e "s|@VERSION_FILE@|$c/var/run/crio/version|g" -e "s|@CLEAN_SHUTDOWN@|$c/var/lib/crio/clean.shutdown|g" \
+        -e "s|@SOCK@|$runtime_sock|g" -e "s|@PINNS@|$crio_dir/pinns|g" -e "s|@PAUSE_IMAGE@|$pause_image|g" \
+        -e "s|@NETWORK@|k8s-lab-$slot|g" -e "s|@NETWORK_DIR@|$dir/cni/net.d|g" -e "s|@CNI_BIN@|$cni_dir|g" \
+        -e "s|@T@|$c|g" "$here/testtools/data/crio.conf.in" > "$c/crio.conf"
+}
+
+# copyimg into the node's containers/storage, CRI-O stopped, in a mount namespace of its own
+# whose /var/lib is a read-only tmpfs (containers/image would make its blob-info cache in the
+# host's /var/lib/containers otherwise; unable to, it keeps it in memory)
+crio_import() { # tar name
+    CONTAINERS_STORAGE_CONF="$dir/crio/etc/containers/storage.conf" unshare -m sh -c \
+        'mount --make-rprivate / && mount -t tmpfs -o ro tmpfs /var/lib && exec "$0" --root "$1" --runroot "$2" --storage-driver overlay --signature-policy "$3" --image-name "$4" --import-from "oci-archive:$5"' \
+        "$crio_dir/copyimg" "$runtime_root" "$runtime_runroot" "$dir/crio/etc/containers/policy.json" "$2" "$1" >/dev/null
 }
 
 minor_of() { cut -d. -f2 <<<"$1"; }
@@ -444,12 +482,25 @@ start_kubelet() {
 
 start_runtime() {
     rm -f "$dir/pids/runtime"
+    if [ "$runtime" = crio ]; then
+        CONTAINERS_STORAGE_CONF="$dir/crio/etc/containers/storage.conf" CONTAINERS_REGISTRIES_CONF="$dir/crio/etc/containers/registries.conf" \
+            PATH="/usr/sbin:/usr/bin:/sbin:/bin" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$dir/pids/runtime" \
+            "$crio_dir/crio" --config "$dir/crio/crio.conf" --config-dir "$dir/crio/etc/crio.conf.d" </dev/null >>"$dir/logs/crio.log" 2>&1 &
+        wait_pidfile runtime
+        return
+    fi
     PATH="$ctr_bin:/usr/sbin:/usr/bin:/sbin:/bin" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$dir/pids/runtime" \
         "$ctr_bin/containerd" --config "$dir/containerd/config.toml" </dev/null >>"$dir/logs/containerd.log" 2>&1 &
     wait_pidfile runtime
 }
 
-runtime_answers() { "$ctr_bin/ctr" --address "$runtime_sock" version; }
+runtime_answers() {
+    if [ "$runtime" = crio ]; then
+        "$crio_dir/crio" status --socket "$runtime_sock" config >/dev/null 2>&1
+    else
+        "$ctr_bin/ctr" --address "$runtime_sock" version
+    fi
+}
 
 cmd_up() {
     local kubelet_v="" cp_v="" runtime=containerd
@@ -464,7 +515,7 @@ cmd_up() {
         esac
     done
     [ -n "$kubelet_v" ] || die "up: --kubelet VERSION"
-    [ "$runtime" = containerd ] || die "up: --runtime $runtime is not wired into the lab yet (docs/lab.md); containerd is"
+    case "$runtime" in containerd|crio) ;; *) die "up: --runtime $runtime is not wired into the lab yet (docs/lab.md); containerd and crio are" ;; esac
     [ "$(id -u)" = 0 ] || die "up needs root"
     kubelet_version="$(resolve_version "$kubelet_v")"
     local cp_version
@@ -496,11 +547,22 @@ cmd_up() {
     local etcd_port etcd_peer cm_port sched_port
     free_port api_port; free_port etcd_port; free_port etcd_peer; free_port cm_port
     free_port sched_port; free_port kubelet_port; free_port healthz_port
-    runtime_root="$dir/containerd/root"
-    runtime_sock="$dir/containerd/containerd.sock"
     pause_image="k8s-lab.local/pause:1.0"
     busybox_image="k8s-lab.local/busybox:1.0"
-    local cdir; cdir="$(containerd_dir)"; ctr_bin="$cdir/usr/bin"
+    runtime_runroot="" crio_dir="" ctr_bin=""
+    if [ "$runtime" = crio ]; then
+        # laid out as a node's own / under $dir/crio, so kubelet-rehash finds the runroot, the
+        # version file and the clean-shutdown marker from --root as on a node
+        runtime_root="$dir/crio/var/lib/containers/storage"
+        runtime_runroot="$dir/crio/run/containers/storage"
+        runtime_sock="$dir/crio/crio.sock"
+        crio_dir="$(crio_bin)"
+        mkdir -p "$dir/crio"
+    else
+        runtime_root="$dir/containerd/root"
+        runtime_sock="$dir/containerd/containerd.sock"
+        local cdir; cdir="$(containerd_dir)"; ctr_bin="$cdir/usr/bin"
+    fi
     cni_dir="$(cni_bin)"
     local etcd; etcd="$(etcd_bin)"
     install -m 0755 "$kdir/kubelet" "$dir/bin/kubelet"
@@ -519,6 +581,8 @@ healthz_port=$healthz_port
 runtime=$runtime
 runtime_root=$runtime_root
 runtime_sock=$runtime_sock
+runtime_runroot=$runtime_runroot
+crio_dir=$crio_dir
 pause_image=$pause_image
 busybox_image=$busybox_image
 ctr_bin=$ctr_bin
@@ -530,6 +594,21 @@ EOF
     ip link add "$bridge" type bridge
     ip addr add "$node_ip/24" dev "$bridge"
     ip link set "$bridge" up
+    # CRI-O on a cgroup v1 host whose hugetlb controller is compiled in but not mounted (these
+    # VMs: no systemd mounts it) takes the controller as present (/proc/cgroups) and hands runc
+    # the kubelet's hugepage limits, which runc cannot set ("cannot set hugetlb limit");
+    # containerd tolerates the missing controller. A real node has it mounted (systemd does): the
+    # lab mounts it where runc and the kubelet look (/sys/fs/cgroup/hugetlb: they find a v1
+    # controller beside the others, not by its mount alone) and, the last of its cgroups
+    # removed, unmounts it at `down` (env: hugetlb_mounted).
+    hugetlb_mounted=""
+    if [ "$runtime" = crio ] && awk '$1 == "hugetlb" && $4 == 1 {f=1} END {exit !f}' /proc/cgroups \
+        && ! awk '$3 == "cgroup" && $4 ~ /(^|,)hugetlb(,|$)/ {f=1} END {exit !f}' /proc/mounts; then
+        mkdir -p /sys/fs/cgroup/hugetlb
+        mount -t cgroup -o hugetlb k8s-lab-hugetlb /sys/fs/cgroup/hugetlb
+        hugetlb_mounted=1
+        echo "hugetlb_mounted=1" >> "$dir/env"
+    fi
     for c in /sys/fs/cgroup/*/; do
         [ -d "$c" ] && [ -w "$c" ] && mkdir -p "$c$cgroup_root" 2>/dev/null || true
     done
@@ -570,17 +649,25 @@ EOF
         --authentication-kubeconfig "$dir/scheduler.conf" --authorization-kubeconfig "$dir/scheduler.conf" \
         --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false
 
-    log "containerd ($ctr_bin), CNI bridge $bridge ($pod_subnet)"
+    log "$runtime (${ctr_bin:-$crio_dir}), CNI bridge $bridge ($pod_subnet)"
     cat > "$dir/cni/net.d/10-lab.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "k8s-lab-$slot", "plugins": [
   {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam", "ranges": [[{"subnet": "$pod_subnet"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "loopback"}]}
 EOF
-    write_containerd_config
-    start_runtime
-    wait_for containerd 60 runtime_answers
-    import_images
+    if [ "$runtime" = crio ]; then
+        # CRI-O's images go into its storage before it starts (copyimg)
+        write_crio_config
+        import_images
+        start_runtime
+        wait_for crio 60 runtime_answers
+    else
+        write_containerd_config
+        start_runtime
+        wait_for containerd 60 runtime_answers
+        import_images
+    fi
 
     log "kubelet $kubelet_version"
     write_kubelet_config
@@ -601,7 +688,9 @@ print_env() {
 export KUBECONFIG=$dir/admin.conf
 LAB_DIR=$dir
 NODE=$node_name
+RUNTIME=$runtime
 RUNTIME_ROOT=$runtime_root
+RUNTIME_RUNROOT=$runtime_runroot
 RUNTIME_ENDPOINT=unix://$runtime_sock
 KUBELET_PATH=$dir/bin/kubelet
 KUBELET_CONFIG=$dir/kubelet/config.yaml
@@ -640,6 +729,7 @@ cmd_down() {
     done
     stop_pid_of runtime 30
     for p in $(pgrep -f "containerd-shim.*-address $runtime_sock" || true); do kill -KILL "$p" 2>/dev/null || true; done
+    for p in $(pgrep -f "conmon.* $dir/" || true); do kill -KILL "$p" 2>/dev/null || true; done
     for n in scheduler controller-manager apiserver etcd; do stop_pid_of "$n" 30; done
     # mounts the runtime left (rootfs, shm, netns), deepest first
     awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
@@ -648,6 +738,10 @@ cmd_down() {
     for c in /sys/fs/cgroup/*/"$cgroup_root"; do
         [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
     done
+    # the hugetlb hierarchy this lab mounted (CRI-O), when nothing else made cgroups in it
+    if [ "${hugetlb_mounted:-}" = 1 ] && [ -z "$(find /sys/fs/cgroup/hugetlb -mindepth 1 -type d 2>/dev/null | head -1)" ]; then
+        umount /sys/fs/cgroup/hugetlb 2>/dev/null && rmdir /sys/fs/cgroup/hugetlb 2>/dev/null || true
+    fi
     log "down: $dir stopped (files kept: rm -rf it when done)"
     mv "$dir/env" "$dir/env.down"
 }
@@ -658,7 +752,7 @@ case "${1:-}" in
     stop-kubelet) shift; need_dir "$@"; stop_pid_of kubelet 30 ;;
     start-kubelet) shift; need_dir "$@"; start_kubelet ;;
     stop-runtime) shift; need_dir "$@"; stop_pid_of runtime 60 ;;
-    start-runtime) shift; need_dir "$@"; start_runtime; wait_for containerd 60 runtime_answers ;;
+    start-runtime) shift; need_dir "$@"; start_runtime; wait_for "$runtime" 60 runtime_answers ;;
     images) shift; need_dir "$@"; import_images; echo "$pause_image"; echo "$busybox_image" ;;
     env) shift; need_dir "$@"; print_env ;;
     down) shift; cmd_down "$@" ;;

@@ -48,7 +48,7 @@ struct Lab {
 }
 
 impl Lab {
-    fn up(kubelet: &str, control_plane: &str, dir: &Path) -> Lab {
+    fn up(kubelet: &str, control_plane: &str, runtime: &str, dir: &Path) -> Lab {
         let out = sh(
             Command::new(lab_script())
                 .args([
@@ -57,10 +57,12 @@ impl Lab {
                     kubelet,
                     "--control-plane",
                     control_plane,
+                    "--runtime",
+                    runtime,
                     "--dir",
                 ])
                 .arg(dir),
-            &format!("k8s-lab.sh up --kubelet {kubelet} --control-plane {control_plane}"),
+            &format!("k8s-lab.sh up --kubelet {kubelet} --control-plane {control_plane} --runtime {runtime}"),
         );
         let env = out
             .lines()
@@ -155,6 +157,18 @@ impl Drop for Lab {
     fn drop(&mut self) {
         if !self.down {
             self.down = true;
+            // a failed run keeps the lab's logs (the daemons', the kubelet's) for a look
+            if std::thread::panicking() {
+                let keep = Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../target/real-kubelet/failed-logs");
+                let _ = std::fs::remove_dir_all(&keep);
+                let _ = Command::new("cp")
+                    .arg("-r")
+                    .arg(self.dir.join("logs"))
+                    .arg(&keep)
+                    .status();
+                eprintln!("real_kubelet: the lab's logs are in {}", keep.display());
+            }
             let _ = Command::new(lab_script())
                 .args(["down", "--dir"])
                 .arg(&self.dir)
@@ -219,6 +233,7 @@ fn observe(lab: &Lab) -> BTreeMap<String, Seen> {
                     .as_str()
                     .unwrap_or("")
                     .trim_start_matches("containerd://")
+                    .trim_start_matches("cri-o://")
                     .to_string();
                 out.insert(
                     format!("{ns}/{name}/{}", c["name"].as_str().unwrap()),
@@ -968,17 +983,32 @@ fn rehash_api(lab: &Lab, verb: &str, kubeconfig: &Path, to: &str) -> Command {
     on_lab(lab, verb, "--kubeconfig", kubeconfig, to)
 }
 
+/// The lab's store and socket as kubelet-rehash is given them (CRI-O: its runroot too).
+fn store_args(lab: &Lab) -> Vec<String> {
+    let mut a = vec![
+        "--runtime".to_string(),
+        lab.var("RUNTIME").to_string(),
+        "--root".into(),
+        lab.var("RUNTIME_ROOT").into(),
+        "--runtime-socket".into(),
+        lab.var("RUNTIME_ENDPOINT")
+            .trim_start_matches("unix://")
+            .into(),
+    ];
+    if lab.var("RUNTIME") == "crio" {
+        a.extend(["--runroot".into(), lab.var("RUNTIME_RUNROOT").into()]);
+    }
+    a
+}
+
 /// `kubelet-rehash VERB SOURCE PATH --to TO` with the lab's store, socket, kubelet directory
 /// and manifests.
 fn on_lab(lab: &Lab, verb: &str, source: &str, path: &Path, to: &str) -> Command {
     let mut c = Command::new(bin());
     c.args([verb, source])
         .arg(path)
-        .args(["--to", to, "--root", lab.var("RUNTIME_ROOT")])
-        .args([
-            "--runtime-socket",
-            lab.var("RUNTIME_ENDPOINT").trim_start_matches("unix://"),
-        ])
+        .args(["--to", to])
+        .args(store_args(lab))
         .args(["--kubelet-dir", lab.var("KUBELET_DIR")])
         .args(["--manifests", lab.var("MANIFESTS")]);
     c
@@ -1226,7 +1256,7 @@ fn with_tool(
     }
 }
 
-fn run_pair(from: &str, to: &str, failsafes: bool, golden: &mut Vec<Value>) -> Row {
+fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut Vec<Value>) -> Row {
     let minor: u32 = to.split('.').nth(1).unwrap().parse().unwrap();
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("lab");
@@ -1234,7 +1264,7 @@ fn run_pair(from: &str, to: &str, failsafes: bool, golden: &mut Vec<Value>) -> R
     std::fs::create_dir(&state_dir).unwrap();
     let new_kubelet = built_kubelet(to);
     let old_kubelet = built_kubelet(from);
-    let lab = Lab::up(from, to, &dir);
+    let lab = Lab::up(from, to, runtime, &dir);
     let from_v = lab.var("KUBELET_VERSION").to_string();
     let to_v = lab.var("CONTROL_PLANE_VERSION").to_string();
     lab.apply(&workloads(minor));
@@ -1391,7 +1421,10 @@ fn run_pair(from: &str, to: &str, failsafes: bool, golden: &mut Vec<Value>) -> R
     Row {
         hold,
         pair,
-        runtime: "containerd 2.1.9",
+        runtime: match runtime {
+            "crio" => "CRI-O 1.30.14",
+            _ => "containerd 2.1.9",
+        },
         containers: up.before.len(),
         control_restarted: ctl_restarted.len(),
         control_expected: without_ctl.len(),
@@ -1787,11 +1820,7 @@ fn hold_cases(
     let o = Command::new(bin())
         .args(["rollback", "--state"])
         .arg(&state_path)
-        .args(["--root", lab.var("RUNTIME_ROOT")])
-        .args([
-            "--runtime-socket",
-            lab.var("RUNTIME_ENDPOINT").trim_start_matches("unix://"),
-        ])
+        .args(store_args(lab))
         .args(["--stop-kubelet", &lab.lab("stop-kubelet")])
         .args(["--start-kubelet", &lab.lab("start-kubelet")])
         .args(["--stop-runtime", &lab.lab("stop-runtime")])
@@ -1857,7 +1886,8 @@ const UNBUILDABLE: &[(u32, &str)] = &[
     ),
 ];
 
-fn pairs() -> Vec<(String, String)> {
+/// `[RUNTIME:]FROM-TO` pairs (runtime `containerd`, or `crio`).
+fn pairs() -> Vec<(String, String, String)> {
     let spec = std::env::var("LAB_PAIRS").unwrap_or_else(|_| "default".into());
     let list = match spec.as_str() {
         "default" => "1.30-1.31,1.36-1.37".to_string(),
@@ -1901,8 +1931,9 @@ fn pairs() -> Vec<(String, String)> {
     };
     list.split(',')
         .map(|p| {
-            let (a, b) = p.split_once('-').expect("LAB_PAIRS: FROM-TO,...");
-            (a.to_string(), b.to_string())
+            let (runtime, p) = p.split_once(':').unwrap_or(("containerd", p));
+            let (a, b) = p.split_once('-').expect("LAB_PAIRS: [RUNTIME:]FROM-TO,...");
+            (runtime.to_string(), a.to_string(), b.to_string())
         })
         .collect()
 }
@@ -1918,10 +1949,10 @@ fn the_real_kubelet_adopts_every_container_kubelet_rehash_rewrote() {
     let mut golden = Vec::new();
     let pairs = pairs();
     let last = pairs.len().saturating_sub(1);
-    for (i, (from, to)) in pairs.into_iter().enumerate() {
+    for (i, (runtime, from, to)) in pairs.into_iter().enumerate() {
         let started = Instant::now();
-        // the hold's fail-safes once, on the newest pair
-        let row = run_pair(&from, &to, i == last, &mut golden);
+        // the hold's fail-safes once, on the last pair
+        let row = run_pair(&runtime, &from, &to, i == last, &mut golden);
         eprintln!(
             "real kubelet {}: {:.0} s",
             row.pair,

@@ -311,6 +311,9 @@ impl Default for Node {
     }
 }
 
+/// crio.conf with `@NAME@` placeholders, shared with scripts/k8s-lab.sh.
+const CRIO_CONF_TEMPLATE: &str = include_str!("../data/crio.conf.in");
+
 fn write_config(p: &Paths) {
     let t = p.t.display();
     let bins = bin_dir();
@@ -331,70 +334,22 @@ fn write_config(p: &Paths) {
     )
     .unwrap();
     fs::write(p.t.join("etc/containers/registries.conf"), "").unwrap();
-    let conf = format!(
-        r#"[crio]
-root = "{graphroot}"
-runroot = "{runroot}"
-storage_driver = "overlay"
-log_dir = "{t}/var/log/crio/pods"
-version_file = "{version}"
-clean_shutdown_file = "{clean}"
-internal_wipe = true
-internal_repair = false
-
-[crio.api]
-listen = "{sock}"
-stream_address = "127.0.0.1"
-stream_port = "0"
-
-[crio.runtime]
-default_runtime = "runc"
-cgroup_manager = "cgroupfs"
-selinux = false
-apparmor_profile = ""
-namespaces_dir = "{t}/var/run"
-pinns_path = "{pinns}"
-drop_infra_ctr = true
-container_exits_dir = "{t}/var/run/crio/exits"
-container_attach_socket_dir = "{t}/var/run/crio"
-hooks_dir = []
-irqbalance_config_file = "{t}/etc/sysconfig/irqbalance"
-irqbalance_config_restore_file = "disable"
-cdi_spec_dirs = []
-log_to_journald = false
-
-[crio.runtime.runtimes.runc]
-runtime_path = "/usr/sbin/runc"
-runtime_type = "oci"
-runtime_root = "{t}/run/runc"
-monitor_path = "/usr/bin/conmon"
-monitor_cgroup = "pod"
-
-[crio.image]
-pause_image = "{pause}"
-pause_command = "/pause"
-signature_policy = "{t}/etc/containers/policy.json"
-
-[crio.network]
-cni_default_network = "{net}"
-network_dir = "{t}/etc/cni/net.d"
-plugin_dirs = ["/usr/lib/cni"]
-
-[crio.metrics]
-enable_metrics = false
-
-[crio.nri]
-enable_nri = false
-"#,
-        graphroot = p.graphroot.display(),
-        runroot = p.runroot.display(),
-        version = p.version_file.display(),
-        clean = p.clean_shutdown.display(),
-        sock = p.sock.display(),
-        pinns = bins.join("pinns").display(),
-        pause = PAUSE_IMAGE,
-        net = p.network,
-    );
+    // the template the real-node lab's CRI-O uses too (scripts/k8s-lab.sh)
+    let conf = [
+        ("@GRAPHROOT@", p.graphroot.display().to_string()),
+        ("@RUNROOT@", p.runroot.display().to_string()),
+        ("@VERSION_FILE@", p.version_file.display().to_string()),
+        ("@CLEAN_SHUTDOWN@", p.clean_shutdown.display().to_string()),
+        ("@SOCK@", p.sock.display().to_string()),
+        ("@PINNS@", bins.join("pinns").display().to_string()),
+        ("@PAUSE_IMAGE@", PAUSE_IMAGE.to_string()),
+        ("@NETWORK@", p.network.clone()),
+        ("@NETWORK_DIR@", format!("{t}/etc/cni/net.d")),
+        ("@CNI_BIN@", "/usr/lib/cni".to_string()),
+        ("@T@", t.to_string()),
+    ]
+    .iter()
+    .fold(CRIO_CONF_TEMPLATE.to_string(), |c, (k, v)| c.replace(k, v));
     fs::write(&p.config, conf).unwrap();
     let conflist = serde_json::json!({
         "cniVersion": "1.0.0",

@@ -474,20 +474,39 @@ impl CriClient {
         })
     }
 
+    /// Whether `ListContainers` still lists `id`.
+    fn container_listed(&self, id: &str) -> Result<bool, CriError> {
+        let listed: v1::ListContainersResponse =
+            self.unary(LIST_CONTAINERS, v1::ListContainersRequest { filter: None })?;
+        Ok(listed.containers.iter().any(|c| c.id == id))
+    }
+
     /// Every container (`ListContainers`), each with its pid from
-    /// `ContainerStatus(verbose)`. Sorted by id.
+    /// `ContainerStatus(verbose)`; one removed between the two is left out. Sorted by id.
     pub fn list_containers(&self) -> Result<Vec<CriContainer>, CriError> {
         let listed: v1::ListContainersResponse =
             self.unary(LIST_CONTAINERS, v1::ListContainersRequest { filter: None })?;
         let mut out = Vec::new();
         for c in listed.containers {
-            let status: v1::ContainerStatusResponse = self.unary(
+            let status: v1::ContainerStatusResponse = match self.unary(
                 CONTAINER_STATUS,
                 v1::ContainerStatusRequest {
                     container_id: c.id.clone(),
                     verbose: true,
                 },
-            )?;
+            ) {
+                Ok(s) => s,
+                // removed between the list and its status (the kubelet's garbage collection
+                // of an exited container): not there, as a list a moment later would say.
+                // CRI-O answers Unknown ("identifier is not a layer, image, or container"),
+                // containerd NotFound: the list decides, not the message.
+                Err(e) => {
+                    if self.container_listed(&c.id)? {
+                        return Err(e);
+                    }
+                    continue;
+                }
+            };
             let pid = pid_from_info(&status.info);
             let meta = c.metadata.clone().unwrap_or_default();
             out.push(CriContainer {
