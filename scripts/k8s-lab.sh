@@ -591,7 +591,11 @@ EOF
     # an `up` that fails stops what it started (a caller that gets no environment back
     # cannot bring the lab down)
     trap 'echo "k8s-lab: up failed: stopping what it started" >&2; (cmd_down --dir "$dir") || true' EXIT
-    ip link add "$bridge" type bridge
+    # a fixed MAC: a bridge without one takes its lowest port's, which changes as pods come and
+    # go, and the CNI bridge plugin's CHECK (CRI-O runs it at its start to restore each
+    # sandbox's IP) then fails ("Bridge interface ... Mac doesn't match"): CRI-O reports those
+    # sandboxes without an IP and the kubelet recreates their pods
+    ip link add "$bridge" address "$(printf '02:6c:61:62:%02x:01' "$slot")" type bridge
     ip addr add "$node_ip/24" dev "$bridge"
     ip link set "$bridge" up
     # CRI-O on a cgroup v1 host whose hugetlb controller is compiled in but not mounted (these

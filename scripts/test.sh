@@ -24,8 +24,9 @@ scripts/setup-ansible.sh
 # The real node (cli/tests/real_kubelet.rs): kubelets and control planes built from Kubernetes'
 # own Go modules by scripts/k8s-lab.sh, cached outside the clone by version
 # (/var/cache/kubelet-rehash/k8s/<version>/; a cold build is about 4-6 min a version here).
-# The pairs CI runs: 1.30 -> 1.31 (every container's hash changes) and 1.36 -> 1.37, today's
-# release (the newest pair kubelet-rehash supports).
+# The pairs CI runs: 1.30 -> 1.31 (every container's hash changes) on containerd and on CRI-O
+# 1.30.14 (scripts/setup-crio.sh, above), and 1.36 -> 1.37, today's release (the newest pair
+# kubelet-rehash supports), with the node-Ready hold's fail-safes.
 lab_t0=$SECONDS
 scripts/k8s-lab.sh build --kubelet-only 1.30 1.36
 scripts/k8s-lab.sh build 1.31 1.37

@@ -16,7 +16,8 @@
 //!   says restart without a rewrite are restarted by the real kubelet.
 //!
 //! Pairs: `LAB_PAIRS` (`default`: the pairs scripts/test.sh runs; `all`: every adjacent pair
-//! the proxy serves whose target kubelet-rehash supports; or `1.30-1.31,1.36-1.37`). Results go to
+//! the proxy serves whose target kubelet-rehash supports; or `1.30-1.31,crio:1.30-1.31`:
+//! `RUNTIME:` picks the lab's runtime, containerd without one). Results go to
 //! `target/real-kubelet/results.md` (docs/lab.md keeps them). With `REAL_KUBELET_GOLDEN=DIR` the
 //! spec/hash pairs the real kubelets stored are written there (scripts/real-kubelet-golden.sh).
 //! Needs root and the lab's builds (scripts/test.sh makes them first; cached).
@@ -1290,7 +1291,10 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
     }
     // the kubelet's readiness and the endpoint controller have caught up
     std::thread::sleep(Duration::from_secs(5));
-    let pair = format!("{from} → {to}");
+    let pair = match runtime {
+        "containerd" => format!("{from} → {to}"),
+        other => format!("{from} → {to} ({other})"),
+    };
 
     // fidelity of the old kubelet: every container it created
     golden.extend(fidelity(
@@ -1890,7 +1894,7 @@ const UNBUILDABLE: &[(u32, &str)] = &[
 fn pairs() -> Vec<(String, String, String)> {
     let spec = std::env::var("LAB_PAIRS").unwrap_or_else(|_| "default".into());
     let list = match spec.as_str() {
-        "default" => "1.30-1.31,1.36-1.37".to_string(),
+        "default" => "1.30-1.31,crio:1.30-1.31,1.36-1.37".to_string(),
         "all" => {
             let out = sh(
                 Command::new("go").args(["list", "-m", "-versions", "k8s.io/kubernetes"]),
