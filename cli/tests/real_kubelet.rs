@@ -472,6 +472,33 @@ fn held(w: &Window, what: &str) {
     );
 }
 
+/// Waits (120 s at most) until every container the runtime runs is one the API server lists
+/// as running: a node still tearing down a pod (the static pod a kubelet of the other version
+/// derived another UID for, killed with its grace period) is not quiet, and a window opened
+/// then sees that container die under it, which `upgrade` rightly refuses.
+fn wait_quiet(lab: &Lab, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let known: BTreeSet<String> = observe(lab).into_values().map(|s| s.id).collect();
+        let extra: Vec<String> = lab
+            .cri()
+            .list_containers()
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.state == "CONTAINER_RUNNING" && !known.contains(&c.id))
+            .map(|c| c.id)
+            .collect();
+        if extra.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the runtime still runs containers the API server does not list after 120 s: {extra:?}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1562,6 +1589,7 @@ fn hold_cases(
     let at_minor: u32 = at.split('.').nth(1).unwrap().parse().unwrap();
     // one window: returns the sampler's view, the state, the pods evicted
     let window = |to: &str, to_v: &str, kubelet: &Path, extra: Vec<String>, what: &str| {
+        wait_quiet(lab, &format!("{pair}: before {what}"));
         let before = observe(lab);
         lab.write_pods(&pods);
         let (_, predicted) = planned(lab, &pods, to);
@@ -1703,7 +1731,8 @@ fn hold_cases(
         &gone,
     ));
 
-    // 3. a container killed in the window: renewals stop, the node goes Unknown
+    // 4. a container killed in the window: renewals stop, the node goes Unknown
+    wait_quiet(lab, &format!("{pair}: before a container is killed"));
     let victim = observe(lab)
         .get("default/hostnet/main")
         .and_then(|s| s.pid)
@@ -1774,6 +1803,7 @@ fn hold_cases(
     } else {
         (at, at_kubelet, other_v)
     };
+    wait_quiet(lab, &format!("{pair}: before upgrade is killed"));
     let sampler = Sampler::start(lab);
     let state_path = state_dir.join("state.json");
     let mut child = {
