@@ -24,6 +24,9 @@ pub struct LeaseHeartbeat {
     node: String,
     /// The lease as this holder last wrote it (or first read it).
     last: NodeLease,
+    /// Whether this holder has written it: before that, what is there is the old kubelet's
+    /// last word (it may renew until it stops), read again at the first renewal.
+    written: bool,
 }
 
 impl NodeHeartbeat for LeaseHeartbeat {
@@ -48,9 +51,7 @@ impl NodeHeartbeat for LeaseHeartbeat {
         }
     }
     fn beat(&mut self) -> Result<Beat, String> {
-        if self.last.renew_time.is_empty() {
-            // first read, or the preflight's: the old kubelet may have renewed since; the
-            // kubelet is stopped now, so what is there is the old kubelet's last word
+        if !self.written {
             self.reread()?;
         }
         match self
@@ -61,6 +62,7 @@ impl NodeHeartbeat for LeaseHeartbeat {
             Renewal::Renewed(l) => {
                 let t = l.renew_time.clone();
                 self.last = l;
+                self.written = true;
                 Ok(Beat::Renewed(t))
             }
             Renewal::Conflict => Ok(Beat::WrittenByOther(self.who()?)),
@@ -164,16 +166,12 @@ pub fn heartbeat(api: NodeApi, node: &str, via: Via) -> Result<Box<dyn NodeHeart
         Via::Auto | Via::Lease => api.node_lease(node).map_err(|e| e.to_string())?,
     };
     match (lease, via) {
-        (Some(mut last), _) => {
-            // renewTime emptied: the first beat reads the lease again (the old kubelet may
-            // renew it until it stops)
-            last.renew_time.clear();
-            Ok(Box::new(LeaseHeartbeat {
-                api,
-                node: node.to_string(),
-                last,
-            }))
-        }
+        (Some(last), _) => Ok(Box::new(LeaseHeartbeat {
+            api,
+            node: node.to_string(),
+            last,
+            written: false,
+        })),
         (None, Via::Lease) => Err(format!(
             "node {node} has no lease in {} (--hold-ready-via node-status)",
             nodeapi::heartbeat::NODE_LEASE_NAMESPACE

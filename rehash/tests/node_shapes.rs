@@ -1015,11 +1015,11 @@ fn codes_of(p: &Plan) -> Vec<(String, rehash::Severity)> {
         .collect()
 }
 
-#[test]
-fn the_nodes_reported_kubelet_version_settles_from_auto_and_a_disagreement_blocks() {
+/// The demo node on 1.31 hashes (1.31 to 1.38 hash these specs alike), as after an upgrade to
+/// 1.31: `--from auto` has several candidates there, which a witness of the version settles.
+fn demo_node_on_1_31() -> (Node, Value) {
     let n = node("containerd-1.7");
     let pods = pods_of(&n);
-    // on 1.31 hashes (1.31 to 1.38 hash these specs alike), as after an upgrade to 1.31
     patch_to(
         &n,
         &serde_json::to_vec(&pods).unwrap(),
@@ -1027,6 +1027,20 @@ fn the_nodes_reported_kubelet_version_settles_from_auto_and_a_disagreement_block
         "1.31",
         "bk-to-1.31",
     );
+    (n, pods)
+}
+
+/// A version up to 1.31 the stored hashes rule out.
+fn ruled_out(auto: &Plan) -> hashcompat::KubeletVersion {
+    hashcompat::KubeletVersion::all()
+        .into_iter()
+        .find(|v| !auto.from_candidates.contains(v) && v.minor() <= 31)
+        .unwrap()
+}
+
+#[test]
+fn the_nodes_reported_kubelet_version_settles_from_auto_and_a_disagreement_blocks() {
+    let (n, pods) = demo_node_on_1_31();
     let auto = plan_with(&n, &pods, "1.31", &NodeFiles::default());
     assert!(
         auto.from_candidates.len() > 1,
@@ -1053,10 +1067,7 @@ fn the_nodes_reported_kubelet_version_settles_from_auto_and_a_disagreement_block
         .iter()
         .any(|w| w.contains("as Node worker-1 reports kubelet")));
     // a version the hashes rule out blocks, naming both
-    let outside = hashcompat::KubeletVersion::all()
-        .into_iter()
-        .find(|v| !auto.from_candidates.contains(v) && v.minor() <= 31)
-        .unwrap();
+    let outside = ruled_out(&auto);
     let disagreed = plan_with(
         &n,
         &pods,
@@ -1081,15 +1092,7 @@ fn the_nodes_reported_kubelet_version_settles_from_auto_and_a_disagreement_block
 /// binary replaced before its kubelet restarted) blocks, naming the binary.
 #[test]
 fn offline_the_installed_kubelets_version_settles_from_auto_and_a_disagreement_blocks() {
-    let n = node("containerd-1.7");
-    let pods = pods_of(&n);
-    patch_to(
-        &n,
-        &serde_json::to_vec(&pods).unwrap(),
-        From::Auto,
-        "1.31",
-        "bk-to-1.31",
-    );
+    let (n, pods) = demo_node_on_1_31();
     let installed = |v: String| NodeFiles {
         installed_kubelet: Some(rehash::InstalledKubelet {
             path: "/usr/bin/kubelet".into(),
@@ -1113,10 +1116,7 @@ fn offline_the_installed_kubelets_version_settles_from_auto_and_a_disagreement_b
         "{:?}",
         decided.warnings
     );
-    let outside = hashcompat::KubeletVersion::all()
-        .into_iter()
-        .find(|v| !auto.from_candidates.contains(v) && v.minor() <= 31)
-        .unwrap();
+    let outside = ruled_out(&auto);
     let disagreed = plan_with(&n, &pods, "1.31", &installed(format!("v{outside}.0")));
     let h = disagreed
         .hazards
