@@ -6,7 +6,7 @@
 # certificate (system:node:<name>). For people and for the tests (cli/tests/real_kubelet.rs):
 #
 #   k8s-lab.sh build [--kubelet-only] VERSION...     build into the cache; prints the dir last
-#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd|crio] [--dir DIR]
+#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd|crio|docker] [--dir DIR]
 #                                                    start everything; prints `export` lines
 #   k8s-lab.sh stop-kubelet|start-kubelet|stop-runtime|start-runtime --dir DIR
 #                                                    what `kubelet-rehash upgrade` is given
@@ -21,8 +21,10 @@
 # v0.Y.Z release; where the proxy does not serve that exact patch of a staging module, the
 # nearest served patch of the same minor is used and written to the build's BUILD-INFO.
 #
-# Runtimes: containerd (2.1.9 from scripts/setup-containerd.sh, or --containerd DIR). Docker +
-# cri-dockerd and CRI-O are not wired into the lab yet (docs/lab.md).
+# Runtimes: containerd (2.1.9 from scripts/setup-containerd.sh, or $LAB_CONTAINERD), CRI-O
+# 1.30.14 (scripts/setup-crio.sh), Docker 26.1.5 with the kubelet's own dockershim (kubelet
+# <= 1.23) or cri-dockerd 0.4.1 (scripts/setup-cri-dockerd.sh): which one the kubelet flags file
+# says, as on a kubeadm node (docs/lab.md).
 # Needs root. Everything `up` starts is its own: private paths under DIR, its own ports, a
 # dummy interface for the node's address, a bridge of its own name, a cgroup root of its own.
 set -euo pipefail
@@ -69,6 +71,11 @@ staging_version() {
     exact="v0.$minor.$patch"
     list="$(served_versions "$mod" | grep -E "^v0\.$minor\.[0-9]+$" || true)"
     if grep -qx "$exact" <<<"$list"; then echo "$exact"; return; fi
+    # the proxy's list is partial: an exact patch it does not list may still be served (1.24.17's
+    # api, apimachinery, apiserver, client-go: the nearest listed ones, v0.24.1-3, do not build
+    # with it). Its source must be: the proxy answers for some versions whose zip it refuses
+    # (k8s.io/controller-manager v0.25.16: "403 Forbidden ... not available").
+    if (cd / && go mod download "$mod@$exact") >/dev/null 2>&1; then echo "$exact"; return; fi
     [ -n "$list" ] || { echo "$exact"; return; }
     best="$(awk -F. -v p="$patch" '{d=$3-p; if (d<0) d=-d; print d, $0}' <<<"$list" | sort -n | head -1 | cut -d' ' -f2)"
     echo "$best"
@@ -339,6 +346,9 @@ import_images() {
     if [ "$runtime" = crio ]; then
         crio_import "$pause" "$pause_image"
         crio_import "$busybox" "$busybox_image"
+    elif [ "$runtime" = docker ]; then
+        docker_import pause "$pause_image" '["/bin/sh","-c","trap \"exit 0\" TERM INT; while true; do sleep 3600 & wait $!; done"]'
+        docker_import busybox "$busybox_image" '["/bin/sh"]'
     else
         "$ctr_bin/ctr" --address "$runtime_sock" -n k8s.io images import "$pause" >/dev/null
         "$ctr_bin/ctr" --address "$runtime_sock" -n k8s.io images import "$busybox" >/dev/null
@@ -419,6 +429,113 @@ crio_import() { # tar name
         "$crio_dir/copyimg" "$runtime_root" "$runtime_runroot" "$dir/crio/etc/containers/policy.json" "$2" "$1" >/dev/null
 }
 
+# Docker (--runtime docker): Debian 13's dockerd 26.1.5 unpacked by scripts/setup-cri-dockerd.sh
+# (cri-dockerd 0.4.1 refuses a Docker Engine older than API 1.42), with Debian 12's containerd
+# and runc (scripts/setup-docker.sh), live-restore (stopping it keeps the containers), every
+# path private under $dir/docker. The kubelet reaches it through its own dockershim (<= 1.23:
+# `--container-runtime=docker`) or through cri-dockerd 0.4.1, as the kubelet flags file
+# ($dir/kubelet/flags.env, kubeadm's kubeadm-flags.env) says: `kubelet-rehash upgrade` rewrites
+# that file across 1.23 -> 1.24, and start-runtime then starts cri-dockerd with dockerd, as a
+# node's enabled cri-docker.service does. dockershim serves the kubelet's CRI on
+# $dir/docker/dockershim.sock (a node's /var/run/dockershim.sock), cri-dockerd on
+# $dir/docker/cri-dockerd.sock (/var/run/cri-dockerd.sock): the flags file names the one in use.
+docker_dir() {
+    local d="$here/.cache/runtimes/docker-26.1.5"
+    if [ ! -x "$d/usr/sbin/dockerd" ] || [ ! -x "$here/.cache/cri-dockerd/bin/cri-dockerd" ]; then
+        "$here/scripts/setup-docker.sh" >&2
+        "$here/scripts/setup-cri-dockerd.sh" >&2
+    fi
+    [ -x "$d/usr/sbin/dockerd" ] || die "no dockerd at $d"
+    echo "$d"
+}
+
+docker_api() { # method path [curl args...]
+    local m="$1" p="$2"; shift 2
+    curl -sf --unix-socket "$dir/docker/docker.sock" -X "$m" "$@" "http://docker$p"
+}
+
+# a one-layer image from the busybox root file system (`docker import`, as testtools does)
+docker_import() { # name ref entrypoint-json
+    local repo="${2%:*}" tag="${2##*:}"
+    [ -f "$dir/images/$1/layer.tar" ] || die "no layer for $1"
+    docker_api POST /images/create --url-query fromSrc=- --url-query "repo=$repo" --url-query "tag=$tag" \
+        --url-query "changes=ENTRYPOINT $3" --url-query "changes=ENV PATH=/bin" \
+        -H 'Content-Type: application/x-tar' --data-binary "@$dir/images/$1/layer.tar" >/dev/null \
+        || die "docker import of $2 failed"
+}
+
+# dockershim and cri-dockerd give every sandbox oom_score_adj -998, which runc sets only with
+# CAP_SYS_RESOURCE; without it (these VMs) every RunPodSandbox fails with "can't get final
+# child's PID from pipe: EOF" (containerd's labs clamp it with restrict_oom_score_adj; Docker has
+# no such setting). There dockerd's default runtime is a wrapper that raises a negative
+# oomScoreAdj in the bundle to 0 and runs the real runc, as testtools' cri-dockerd node does.
+write_docker_config() {
+    local capeff runc
+    capeff="$(awk '/^CapEff:/ {print $2}' /proc/self/status)"
+    # live-restore in daemon.json, where kubelet-rehash reads it (--daemon-json)
+    if (( (16#$capeff >> 24) & 1 )); then
+        echo '{"live-restore": true}' > "$dir/docker/daemon.json"
+        return
+    fi
+    runc="$(command -v runc || echo /usr/sbin/runc)"
+    cat > "$dir/docker/runc-no-negative-oom" <<EOF
+#!/bin/sh
+prev=""
+for a in "\$@"; do
+    if [ "\$prev" = "--bundle" ] || [ "\$prev" = "-b" ]; then
+        sed -i -E 's/"oomScoreAdj":[[:space:]]*-[0-9]+/"oomScoreAdj":0/' "\$a/config.json"
+    fi
+    prev="\$a"
+done
+exec $runc "\$@"
+EOF
+    chmod 755 "$dir/docker/runc-no-negative-oom"
+    printf '{"live-restore": true, "runtimes": {"lab-runc": {"path": "%s"}}, "default-runtime": "lab-runc"}\n' "$dir/docker/runc-no-negative-oom" > "$dir/docker/daemon.json"
+}
+
+write_kubelet_flags() { # kubeadm's kubeadm-flags.env: the dockershim flags of a 1.23 node
+    cat > "$dir/kubelet/flags.env" <<EOF
+KUBELET_KUBEADM_ARGS="--container-runtime=docker --container-runtime-endpoint=unix://$dir/docker/dockershim.sock --docker-endpoint=unix://$dir/docker/docker.sock --experimental-dockershim-root-directory=$dir/docker/dockershim --network-plugin=cni --cni-bin-dir=$cni_dir --cni-conf-dir=$dir/cni/net.d --cni-cache-dir=$dir/cni/cache --pod-infra-container-image=$pause_image"
+EOF
+}
+
+# cri-dockerd runs when the kubelet's flags no longer name dockershim
+uses_cri_dockerd() { ! grep -q -- '--container-runtime=docker' "$dir/kubelet/flags.env"; }
+
+start_docker() {
+    PATH="$docker_bin:/usr/sbin:/usr/bin:/sbin:/bin" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$dir/pids/runtime" \
+        "$docker_bin/dockerd" --data-root "$runtime_root" --exec-root "$dir/docker/exec" \
+        --pidfile "$dir/docker/docker.pid" -H "unix://$dir/docker/docker.sock" --config-file "$dir/docker/daemon.json" \
+        --iptables=false --ip-masq=false --bridge=none --userland-proxy=false --storage-driver=vfs \
+        </dev/null >>"$dir/logs/dockerd.log" 2>&1 &
+    wait_pidfile runtime
+    wait_for dockerd 90 docker_api GET /_ping
+    if uses_cri_dockerd; then
+        rm -f "$dir/pids/cri-dockerd"
+        PATH="/usr/sbin:/usr/bin:/sbin:/bin" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$dir/pids/cri-dockerd" \
+            "$cri_dockerd" --container-runtime-endpoint "unix://$dir/docker/cri-dockerd.sock" \
+            --docker-endpoint "unix://$dir/docker/docker.sock" --cri-dockerd-root-directory "$dir/docker/cri-dockerd" \
+            --network-plugin cni --cni-bin-dir "$cni_dir" --cni-conf-dir "$dir/cni/net.d" --cni-cache-dir "$dir/cni/cache" \
+            --pod-infra-container-image "$pause_image" --streaming-bind-addr 127.0.0.1 \
+            </dev/null >>"$dir/logs/cri-dockerd.log" 2>&1 &
+        wait_pidfile cri-dockerd
+        wait_for cri-dockerd 60 test -S "$dir/docker/cri-dockerd.sock"
+    fi
+}
+
+stop_docker() {
+    local p i
+    stop_pid_of cri-dockerd 30
+    rm -f "$dir/docker/cri-dockerd.sock"
+    stop_pid_of runtime 60
+    # its managed containerd exits after it (the shims stay, with the containers)
+    for ((i = 0; i < 300; i++)); do
+        p="$(pgrep -f "^containerd --config $dir/docker/exec/" || true)"
+        [ -n "$p" ] || break
+        sleep 0.1
+    done
+}
+
 minor_of() { cut -d. -f2 <<<"$1"; }
 
 write_kubelet_config() {
@@ -462,6 +579,19 @@ EOF
 }
 
 kubelet_cmd() {
+    if [ "$runtime" = docker ]; then
+        # the runtime flags come from the flags file, as kubeadm's unit reads it
+        printf '%q ' "$dir/bin/kubelet" \
+            --config="$dir/kubelet/config.yaml" \
+            --kubeconfig="$dir/kubelet.conf" \
+            --root-dir="$dir/kubelet/root" \
+            --cert-dir="$dir/kubelet/pki" \
+            --hostname-override="$node_name" \
+            --node-ip="$node_ip" \
+            --v=2
+        echo '$KUBELET_KUBEADM_ARGS'
+        return
+    fi
     printf '%q ' "$dir/bin/kubelet" \
         --config="$dir/kubelet/config.yaml" \
         --kubeconfig="$dir/kubelet.conf" \
@@ -475,13 +605,17 @@ kubelet_cmd() {
 
 start_kubelet() {
     rm -f "$dir/pids/kubelet"
-    echo "echo \$\$ > $dir/pids/kubelet; exec $(kubelet_cmd)" > "$dir/cmd/kubelet.sh"
+    {
+        [ "$runtime" != docker ] || echo ". $dir/kubelet/flags.env"
+        echo "echo \$\$ > $dir/pids/kubelet; exec $(kubelet_cmd)"
+    } > "$dir/cmd/kubelet.sh"
     setsid bash "$dir/cmd/kubelet.sh" </dev/null >>"$dir/logs/kubelet.log" 2>&1 &
     wait_pidfile kubelet
 }
 
 start_runtime() {
     rm -f "$dir/pids/runtime"
+    if [ "$runtime" = docker ]; then start_docker; return; fi
     if [ "$runtime" = crio ]; then
         CONTAINERS_STORAGE_CONF="$dir/crio/etc/containers/storage.conf" CONTAINERS_REGISTRIES_CONF="$dir/crio/etc/containers/registries.conf" \
             PATH="/usr/sbin:/usr/bin:/sbin:/bin" setsid bash -c 'echo $$ > "$0"; exec "$@"' "$dir/pids/runtime" \
@@ -495,7 +629,9 @@ start_runtime() {
 }
 
 runtime_answers() {
-    if [ "$runtime" = crio ]; then
+    if [ "$runtime" = docker ]; then
+        docker_api GET /_ping && { ! uses_cri_dockerd || test -S "$dir/docker/cri-dockerd.sock"; }
+    elif [ "$runtime" = crio ]; then
         "$crio_dir/crio" status --socket "$runtime_sock" config >/dev/null 2>&1
     else
         "$ctr_bin/ctr" --address "$runtime_sock" version
@@ -515,7 +651,7 @@ cmd_up() {
         esac
     done
     [ -n "$kubelet_v" ] || die "up: --kubelet VERSION"
-    case "$runtime" in containerd|crio) ;; *) die "up: --runtime $runtime is not wired into the lab yet (docs/lab.md); containerd and crio are" ;; esac
+    case "$runtime" in containerd|crio|docker) ;; *) die "up: --runtime $runtime: containerd, crio or docker" ;; esac
     [ "$(id -u)" = 0 ] || die "up needs root"
     kubelet_version="$(resolve_version "$kubelet_v")"
     local cp_version
@@ -549,8 +685,16 @@ cmd_up() {
     free_port sched_port; free_port kubelet_port; free_port healthz_port
     pause_image="k8s-lab.local/pause:1.0"
     busybox_image="k8s-lab.local/busybox:1.0"
-    runtime_runroot="" crio_dir="" ctr_bin=""
-    if [ "$runtime" = crio ]; then
+    runtime_runroot="" crio_dir="" ctr_bin="" docker_bin="" cri_dockerd=""
+    if [ "$runtime" = docker ]; then
+        [ "$(minor_of "$kubelet_version")" -le 23 ] || die "up: --runtime docker starts a kubelet <= 1.23 on its dockershim (the node kubelet-rehash switches to cri-dockerd); $kubelet_version has none"
+        runtime_root="$dir/docker/root"
+        runtime_sock="$dir/docker/dockershim.sock"
+        docker_bin="$(docker_dir)/usr/sbin"
+        cri_dockerd="$here/.cache/cri-dockerd/bin/cri-dockerd"
+        mkdir -p "$dir/docker/root" "$dir/docker/exec" "$dir/docker/dockershim" "$dir/docker/cri-dockerd" "$dir/cni/cache"
+        write_docker_config
+    elif [ "$runtime" = crio ]; then
         # laid out as a node's own / under $dir/crio, so kubelet-rehash finds the runroot, the
         # version file and the clean-shutdown marker from --root as on a node
         runtime_root="$dir/crio/var/lib/containers/storage"
@@ -586,6 +730,8 @@ crio_dir=$crio_dir
 pause_image=$pause_image
 busybox_image=$busybox_image
 ctr_bin=$ctr_bin
+docker_bin=$docker_bin
+cri_dockerd=$cri_dockerd
 cni_dir=$cni_dir
 EOF
     # an `up` that fails stops what it started (a caller that gets no environment back
@@ -653,14 +799,18 @@ EOF
         --authentication-kubeconfig "$dir/scheduler.conf" --authorization-kubeconfig "$dir/scheduler.conf" \
         --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false
 
-    log "$runtime (${ctr_bin:-$crio_dir}), CNI bridge $bridge ($pod_subnet)"
+    log "$runtime (${ctr_bin:-${crio_dir:-$docker_bin}}), CNI bridge $bridge ($pod_subnet)"
     cat > "$dir/cni/net.d/10-lab.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "k8s-lab-$slot", "plugins": [
   {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam", "ranges": [[{"subnet": "$pod_subnet"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "loopback"}]}
 EOF
-    if [ "$runtime" = crio ]; then
+    if [ "$runtime" = docker ]; then
+        write_kubelet_flags
+        start_runtime
+        import_images
+    elif [ "$runtime" = crio ]; then
         # CRI-O's images go into its storage before it starts (copyimg)
         write_crio_config
         import_images
@@ -705,6 +855,16 @@ KUBECTL=$dir/bin/kubectl
 KUBELET_VERSION=$kubelet_version
 CONTROL_PLANE_VERSION=$cp_version
 EOF
+    [ "$runtime" != docker ] || cat <<EOF
+DOCKER_SOCKET=$dir/docker/docker.sock
+DOCKER_PIDFILE=$dir/docker/docker.pid
+DOCKER_DAEMON_JSON=$dir/docker/daemon.json
+CRI_DOCKERD_ENDPOINT=unix://$dir/docker/cri-dockerd.sock
+KUBELET_FLAGS_FILE=$dir/kubelet/flags.env
+CRI_DOCKERD=$cri_dockerd
+CRI_DOCKERD_ROOT=$dir/docker/cri-dockerd
+DOCKERSHIM_CHECKPOINTS=$dir/docker/dockershim/sandbox
+EOF
 }
 
 need_dir() {
@@ -731,7 +891,13 @@ cmd_down() {
         # set -e that ended `down` right here, leaving the runtime and control plane running)
         { find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
     done
-    stop_pid_of runtime 30
+    if [ "$runtime" = docker ]; then
+        stop_pid_of cri-dockerd 30
+        stop_pid_of runtime 30
+        for p in $(pgrep -f "containerd.*$dir/docker/" || true); do kill -KILL "$p" 2>/dev/null || true; done
+    else
+        stop_pid_of runtime 30
+    fi
     for p in $(pgrep -f "containerd-shim.*-address $runtime_sock" || true); do kill -KILL "$p" 2>/dev/null || true; done
     for p in $(pgrep -f "conmon.* $dir/" || true); do kill -KILL "$p" 2>/dev/null || true; done
     for n in scheduler controller-manager apiserver etcd; do stop_pid_of "$n" 30; done
@@ -755,10 +921,10 @@ case "${1:-}" in
     up) shift; cmd_up "$@" ;;
     stop-kubelet) shift; need_dir "$@"; stop_pid_of kubelet 30 ;;
     start-kubelet) shift; need_dir "$@"; start_kubelet ;;
-    stop-runtime) shift; need_dir "$@"; stop_pid_of runtime 60 ;;
-    start-runtime) shift; need_dir "$@"; start_runtime; wait_for "$runtime" 60 runtime_answers ;;
+    stop-runtime) shift; need_dir "$@"; if [ "$runtime" = docker ]; then stop_docker; else stop_pid_of runtime 60; fi ;;
+    start-runtime) shift; need_dir "$@"; start_runtime; wait_for "$runtime" 90 runtime_answers ;;
     images) shift; need_dir "$@"; import_images; echo "$pause_image"; echo "$busybox_image" ;;
     env) shift; need_dir "$@"; print_env ;;
     down) shift; cmd_down "$@" ;;
-    *) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -25,11 +25,13 @@ scripts/setup-ansible.sh
 # own Go modules by scripts/k8s-lab.sh, cached outside the clone by version
 # (/var/cache/kubelet-rehash/k8s/<version>/; a cold build is about 4-6 min a version here).
 # The pairs CI runs: 1.30 -> 1.31 (every container's hash changes) on containerd and on CRI-O
-# 1.30.14 (scripts/setup-crio.sh, above), and 1.36 -> 1.37, today's release (the newest pair
-# kubelet-rehash supports), with the node-Ready hold's fail-safes.
+# 1.30.14 (scripts/setup-crio.sh, above), 1.23 -> 1.24 on Docker with the dockershim ->
+# cri-dockerd switch (dockerd 26.1.5 and cri-dockerd 0.4.1 from scripts/setup-cri-dockerd.sh,
+# above), and 1.36 -> 1.37, today's release (the newest pair kubelet-rehash supports), with the
+# node-Ready hold's fail-safes.
 lab_t0=$SECONDS
-scripts/k8s-lab.sh build --kubelet-only 1.30 1.36
-scripts/k8s-lab.sh build 1.31 1.37
+scripts/k8s-lab.sh build --kubelet-only 1.23 1.30 1.36
+scripts/k8s-lab.sh build 1.24 1.31 1.37
 echo "test.sh: Kubernetes builds for the real-node suite ready in $((SECONDS - lab_t0)) s"
 
 # The README's two commands as a newcomer types them (read from the README: they cannot drift):
