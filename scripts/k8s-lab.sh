@@ -82,9 +82,13 @@ staging_version() {
 }
 
 stamped() { # binary version: built, and says it is that version
-    local args=(--version)
-    [ "${1##*/}" != kubectl ] || args=(version --client)
-    [ -x "$1" ] && "$1" "${args[@]}" 2>/dev/null | grep -q "v$2\$"
+    [ -x "$1" ] || return 1
+    if [ "${1##*/}" = kubectl ]; then
+        # (JSON: before 1.28 the plain output is a Go struct that does not end in the version)
+        "$1" version --client -o json 2>/dev/null | grep -q "\"gitVersion\": \"v$2\""
+    else
+        "$1" --version 2>/dev/null | grep -q "v$2\$"
+    fi
 }
 
 build_one() { # full version, kubelet-only (0/1) -> prints the output dir
