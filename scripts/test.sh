@@ -11,6 +11,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/setup-docker.sh
 scripts/setup-containerd.sh
+# containerd 2.2.9, 2.3.7 (the first LTS) and 2.4.2, which Debian does not package: built from
+# the Go module proxy into /var/cache/kubelet-rehash/containerd/<version> (about 1 min each)
+scripts/setup-containerd-module.sh
 # CRI-O 1.30.14 built from third_party/ into .cache/crio (cli/tests/crio_live.rs)
 scripts/setup-crio.sh
 # cri-dockerd 0.4.1 built from third_party/ into .cache/cri-dockerd, and Debian's CNI bridge +

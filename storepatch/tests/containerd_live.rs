@@ -1,6 +1,9 @@
 //! The containerd back-end against REAL containerd, driven through the CRI like the kubelet:
-//! 1.6.20 (Debian 12, synced freelist), 1.7.24 (Debian trixie) and 2.1.9 (Debian sid), the last
-//! two opening meta.db with `NoFreelistSync`.
+//! 1.6.20 (Debian 12, synced freelist), 1.7.24 (Debian trixie) and 2.1.9 (Debian sid), and
+//! 2.2.9, 2.3.7 and 2.4.2 built from the Go module proxy (scripts/setup-containerd-module.sh);
+//! every line from 1.7 opens meta.db with `NoFreelistSync`. Each rewrite must leave every CRI
+//! extension as containerd wrote it but for the hash values, byte for byte (2.4 writes fields
+//! our decoder does not know).
 //!
 //! Flow per line: run host-network pods with kubelet-shaped configs, stop containerd (SIGTERM;
 //! shims and containers keep running), rewrite every container's hash through
@@ -8,11 +11,11 @@
 //! annotation is reported, every container is RUNNING with the same pid and none is missing;
 //! then roll back and check the old values come back with the same pids.
 //!
-//! Needs root and the runtimes that `scripts/setup-containerd.sh` puts under
-//! `.cache/runtimes/`. The three lines run one after another (a process-wide lock), each with
-//! its own root, state, socket and cgroup parent under a fresh temporary directory. A Drop
-//! guard stops pods, containerd and shims and unmounts everything even when a check fails.
-//! The harness (images, configs, the containerd instance and its guard) is shared with
+//! Needs root and the runtimes that `scripts/setup-containerd.sh` and
+//! `scripts/setup-containerd-module.sh` put under `.cache/runtimes/`. The lines run one after another (a process-wide lock),
+//! each with its own root, state, socket and cgroup parent under a fresh temporary directory. A
+//! Drop guard stops pods, containerd and shims and unmounts everything even when a check fails. The
+//! harness (images, configs, the containerd instance and its guard) is shared with
 //! cli/tests/e2e_live.rs: testtools::containerd.
 
 use std::collections::{BTreeMap, HashMap};
@@ -200,6 +203,104 @@ fn assert_check_ok(h: &Harness, store: &ContainerdStore, phase: &str) {
         r.summary()
     );
     storepatch::containerd::bolt::testing::assert_bbolt_check(&h.meta_db());
+}
+
+/// Every container's CRI extension (`v1/k8s.io/containers/<id>/extensions/
+/// io.cri-containerd.container.metadata`) as the bytes containerd wrote, read with boltfile.
+fn cri_extensions(data: &[u8]) -> BTreeMap<String, Vec<u8>> {
+    let meta = boltfile::read_meta(data).expect("meta.db's meta page");
+    let view = boltfile::View::new(data, &meta);
+    fn sub<'a>(
+        view: &boltfile::View<'a>,
+        root: boltfile::Root<'a>,
+        key: &[u8],
+    ) -> Option<boltfile::Root<'a>> {
+        let e = view.get(root, key).expect("meta.db reads")?;
+        Some(
+            boltfile::bucket_root(e.value, "bucket")
+                .expect("a bucket")
+                .0,
+        )
+    }
+    let bucket = |root, key: &[u8]| sub(&view, root, key);
+    let mut out = BTreeMap::new();
+    let Some(containers) = bucket(boltfile::Root::Page(meta.root), b"v1")
+        .and_then(|v1| bucket(v1, b"k8s.io"))
+        .and_then(|ns| bucket(ns, b"containers"))
+    else {
+        return out;
+    };
+    let mut ids = Vec::new();
+    view.for_each(containers, &mut |e| {
+        ids.push(e.key.to_vec());
+        Ok(())
+    })
+    .expect("meta.db reads");
+    for id in ids {
+        let Some(ext) = bucket(containers, &id).and_then(|c| bucket(c, b"extensions")) else {
+            continue;
+        };
+        if let Some(e) = view
+            .get(ext, b"io.cri-containerd.container.metadata")
+            .expect("meta.db reads")
+        {
+            out.insert(String::from_utf8(id).unwrap(), e.value.to_vec());
+        }
+    }
+    out
+}
+
+/// The rewrite changed nothing in a container's CRI extension but its hash values: every
+/// field, known to us or not (containerd 2.4's `ImageDigest`/`ImageName` came without a
+/// version bump), is kept byte for byte and in its place.
+fn only_the_hashes_changed(
+    v: &str,
+    before: &BTreeMap<String, Vec<u8>>,
+    after: &BTreeMap<String, Vec<u8>>,
+    old: &HashMap<String, (String, Option<String>)>,
+    new: &HashMap<String, (String, Option<String>)>,
+) {
+    assert!(
+        !before.is_empty(),
+        "containerd {v}: meta.db holds the containers' CRI extensions"
+    );
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "containerd {v}: the rewrite keeps every container's CRI extension"
+    );
+    for (id, b) in before {
+        let (Some((oh, owr)), Some((nh, nwr))) = (old.get(id), new.get(id)) else {
+            assert_eq!(
+                b, &after[id],
+                "containerd {v}: an extension not rewritten is untouched"
+            );
+            continue;
+        };
+        // (a protobuf Any around the JSON: the values keep their length here, so does it)
+        let mut want = b.clone();
+        let key = "io.kubernetes.container.hash";
+        let key_wr = "io.kubernetes.container.hashWithoutResources";
+        let mut pairs = vec![(key, oh, nh)];
+        if let (Some(o), Some(n)) = (owr, nwr) {
+            pairs.push((key_wr, o, n));
+        }
+        for (k, o, n) in pairs {
+            let (o, n) = (format!("\"{k}\":\"{o}\""), format!("\"{k}\":\"{n}\""));
+            assert_eq!(o.len(), n.len(), "the test's new values keep the length");
+            let mut at = 0;
+            while let Some(i) = want[at..].windows(o.len()).position(|w| w == o.as_bytes()) {
+                want[at + i..at + i + o.len()].copy_from_slice(n.as_bytes());
+                at += i + o.len();
+            }
+        }
+        assert!(
+            after[id] == want,
+            "containerd {v}: {id}'s CRI extension changed in its hash values only, every other byte in place:\n  want {}\n  have {}",
+            String::from_utf8_lossy(&want),
+            String::from_utf8_lossy(&after[id])
+        );
+    }
 }
 
 fn run_line(line: Line) {
@@ -450,6 +551,24 @@ fn run_line(line: Line) {
     let to_new = rewrites_to(&created, &new);
     let bdir = h.p.t.join("backup-1");
     let mut bk = Backup::create(&bdir, "containerd", &h.p.root).expect("backup");
+    let extensions_before = cri_extensions(&fs::read(&db).unwrap());
+    // containerd 2.4 writes fields our decoder does not know (ImageDigest, ImageName, with no
+    // version bump): the byte-for-byte check below covers them
+    let (major, minor) = v
+        .split_once('.')
+        .map(|(a, b)| (a, b.split('.').next().unwrap()))
+        .unwrap();
+    if (major.parse::<u32>().unwrap(), minor.parse::<u32>().unwrap()) >= (2, 4) {
+        for field in [&b"\"ImageDigest\""[..], b"\"ImageName\""] {
+            assert!(
+                extensions_before
+                    .values()
+                    .all(|e| e.windows(field.len()).any(|w| w == field)),
+                "containerd {v}: every CRI extension carries {}",
+                String::from_utf8_lossy(field)
+            );
+        }
+    }
     let t0 = Instant::now();
     let (outcome, stats) = store.apply_detailed(&to_new, &mut bk).expect("apply");
     let apply_s = t0.elapsed().as_secs_f64();
@@ -457,6 +576,13 @@ fn run_line(line: Line) {
         sorted(&outcome.changed),
         sorted_ids(&created),
         "containerd {v}: apply changed"
+    );
+    only_the_hashes_changed(
+        v,
+        &extensions_before,
+        &cri_extensions(&fs::read(&db).unwrap()),
+        &old,
+        &new,
     );
     let (txid2, freelist2) = meta_page(&db);
     assert_eq!(
@@ -662,6 +788,35 @@ fn containerd_1_7_24_live_rewrite_and_rollback() {
 fn containerd_2_1_9_live_rewrite_and_rollback() {
     run_line(Line {
         version: "2.1.9",
+        config_v3: true,
+    });
+}
+
+// containerd releases Debian does not package, built from the Go module proxy by
+// scripts/setup-containerd-module.sh (issue 39): 2.2, 2.3 (the first LTS: the sandbox
+// extension `updated-resources`, the sandbox `Container` field gone) and 2.4 (the container
+// Metadata's `ImageDigest` and `ImageName`, with no version bump: kept byte for byte).
+
+#[test]
+fn containerd_2_2_9_live_rewrite_and_rollback() {
+    run_line(Line {
+        version: "2.2.9",
+        config_v3: true,
+    });
+}
+
+#[test]
+fn containerd_2_3_7_live_rewrite_and_rollback() {
+    run_line(Line {
+        version: "2.3.7",
+        config_v3: true,
+    });
+}
+
+#[test]
+fn containerd_2_4_2_live_rewrite_and_rollback() {
+    run_line(Line {
+        version: "2.4.2",
         config_v3: true,
     });
 }
