@@ -76,7 +76,17 @@ staging_version() {
     # with it). Its source must be: the proxy answers for some versions whose zip it refuses
     # (k8s.io/controller-manager v0.25.16: "403 Forbidden ... not available").
     if (cd / && go mod download "$mod@$exact") >/dev/null 2>&1; then echo "$exact"; return; fi
-    [ -n "$list" ] || { echo "$exact"; return; }
+    if [ -z "$list" ]; then
+        # none listed and the exact one refused: the nearest patch whose source is served
+        local d z
+        for d in $(seq 1 30); do
+            for z in $((patch - d)) $((patch + d)); do
+                [ "$z" -ge 0 ] || continue
+                if (cd / && go mod download "$mod@v0.$minor.$z") >/dev/null 2>&1; then echo "v0.$minor.$z"; return; fi
+            done
+        done
+        echo "$exact"; return
+    fi
     best="$(awk -F. -v p="$patch" '{d=$3-p; if (d<0) d=-d; print d, $0}' <<<"$list" | sort -n | head -1 | cut -d' ' -f2)"
     echo "$best"
 }

@@ -1268,7 +1268,7 @@ struct Row {
     /// Issue 37's windows.
     hold: Vec<HoldRow>,
     pair: String,
-    runtime: &'static str,
+    runtime: String,
     containers: usize,
     control_restarted: usize,
     control_expected: usize,
@@ -1606,9 +1606,21 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
         hold,
         pair,
         runtime: match runtime {
-            "crio" => "CRI-O 1.30.14",
-            "docker" => "Docker 26.1.5: dockershim → cri-dockerd 0.4.1",
-            _ => "containerd 2.1.9",
+            "crio" => "CRI-O 1.30.14".to_string(),
+            "docker" => "Docker 26.1.5: dockershim → cri-dockerd 0.4.1".to_string(),
+            // the lab's containerd: 2.1.9, or another line given as LAB_CONTAINERD (a
+            // .cache/runtimes/containerd-<version> directory)
+            _ => match std::env::var("LAB_CONTAINERD") {
+                Ok(d) => format!(
+                    "containerd {}",
+                    Path::new(&d)
+                        .file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .trim_start_matches("containerd-")
+                ),
+                Err(_) => "containerd 2.1.9".to_string(),
+            },
         },
         containers: up.before.len(),
         control_restarted: ctl_restarted.len(),
