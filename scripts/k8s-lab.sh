@@ -492,17 +492,7 @@ write_docker_config() {
         return
     fi
     runc="$(command -v runc || echo /usr/sbin/runc)"
-    cat > "$dir/docker/runc-no-negative-oom" <<EOF
-#!/bin/sh
-prev=""
-for a in "\$@"; do
-    if [ "\$prev" = "--bundle" ] || [ "\$prev" = "-b" ]; then
-        sed -i -E 's/"oomScoreAdj":[[:space:]]*-[0-9]+/"oomScoreAdj":0/' "\$a/config.json"
-    fi
-    prev="\$a"
-done
-exec $runc "\$@"
-EOF
+    sed "s|@RUNC@|$runc|" "$here/testtools/data/runc-no-negative-oom.sh.in" > "$dir/docker/runc-no-negative-oom"
     chmod 755 "$dir/docker/runc-no-negative-oom"
     printf '{"live-restore": true, "runtimes": {"lab-runc": {"path": "%s"}}, "default-runtime": "lab-runc"}\n' "$dir/docker/runc-no-negative-oom" > "$dir/docker/daemon.json"
 }

@@ -391,18 +391,7 @@ fn write_runc_wrapper(dir: &std::path::Path) -> PathBuf {
         .find(|p| std::path::Path::new(p).is_file())
         .unwrap_or_else(|| panic!("runc not found; {SETUP}"));
     let path = dir.join("runc-no-negative-oom");
-    let script = format!(
-        r#"#!/bin/sh
-prev=""
-for a in "$@"; do
-    if [ "$prev" = "--bundle" ] || [ "$prev" = "-b" ]; then
-        sed -i -E 's/"oomScoreAdj":[[:space:]]*-[0-9]+/"oomScoreAdj":0/' "$a/config.json"
-    fi
-    prev="$a"
-done
-exec {runc} "$@"
-"#
-    );
+    let script = include_str!("../data/runc-no-negative-oom.sh.in").replace("@RUNC@", runc);
     fs::write(&path, script).unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
