@@ -583,28 +583,19 @@ EOF
 }
 
 kubelet_cmd() {
-    if [ "$runtime" = docker ]; then
-        # the runtime flags come from the flags file, as kubeadm's unit reads it
-        printf '%q ' "$dir/bin/kubelet" \
-            --config="$dir/kubelet/config.yaml" \
-            --kubeconfig="$dir/kubelet.conf" \
-            --root-dir="$dir/kubelet/root" \
-            --cert-dir="$dir/kubelet/pki" \
-            --hostname-override="$node_name" \
-            --node-ip="$node_ip" \
-            --v=2
-        echo '$KUBELET_KUBEADM_ARGS'
-        return
-    fi
+    # Docker: the runtime flags come from the flags file, as kubeadm's unit reads it
+    local endpoint=(--container-runtime-endpoint="unix://$runtime_sock")
+    [ "$runtime" != docker ] || endpoint=()
     printf '%q ' "$dir/bin/kubelet" \
         --config="$dir/kubelet/config.yaml" \
         --kubeconfig="$dir/kubelet.conf" \
         --root-dir="$dir/kubelet/root" \
         --cert-dir="$dir/kubelet/pki" \
-        --container-runtime-endpoint="unix://$runtime_sock" \
+        "${endpoint[@]}" \
         --hostname-override="$node_name" \
         --node-ip="$node_ip" \
         --v=2
+    [ "$runtime" != docker ] || echo '$KUBELET_KUBEADM_ARGS'
 }
 
 start_kubelet() {
@@ -896,8 +887,7 @@ cmd_down() {
         { find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
     done
     if [ "$runtime" = docker ]; then
-        stop_pid_of cri-dockerd 30
-        stop_pid_of runtime 30
+        stop_docker
         for p in $(pgrep -f "containerd.*$dir/docker/" || true); do kill -KILL "$p" 2>/dev/null || true; done
     else
         stop_pid_of runtime 30
