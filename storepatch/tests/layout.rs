@@ -181,6 +181,94 @@ fn containerd_root_moved_in_config_toml_of_each_format_version() {
     }
 }
 
+/// The stock config of containerd 2.2, 2.3 LTS and 2.4 (`containerd config default` of the real
+/// releases, fixtures/runtime-configs/generate.sh) with a drop-in in `conf.d/` that moves root,
+/// state and socket, in that release's own format (4 from 2.3: the socket in the gRPC server
+/// plugin's table): the default config imports `/etc/containerd/conf.d/*.toml`, and containerd
+/// would use the drop-in's store.
+#[test]
+fn containerd_2_x_stock_config_and_a_conf_d_drop_in_move_the_store() {
+    for version in ["2.2.9", "2.3.7", "2.4.2"] {
+        let stock = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+            "../fixtures/runtime-configs/containerd-{version}.default.toml"
+        )))
+        .unwrap();
+        let format = if version.starts_with("2.2") { 3 } else { 4 };
+        assert!(
+            stock.starts_with(&format!("version = {format}\n"))
+                && stock.contains("imports = ['/etc/containerd/conf.d/*.toml']"),
+            "{version}: the stock config is format {format} and imports conf.d"
+        );
+        let n = Node::new();
+        n.write("/etc/containerd/config.toml", &stock);
+        // the stock config alone: the stock store and socket
+        n.place(CONTAINERD_1_7, "/var/lib/containerd");
+        let f = n.find().unwrap();
+        assert_eq!(f.root, n.at("/var/lib/containerd"), "{version}: stock root");
+        assert_eq!(
+            f.defaults.socket.as_deref(),
+            Some(n.at("/run/containerd/containerd.sock").as_path()),
+            "{version}: stock socket (format {format})"
+        );
+        let store = n.place(CONTAINERD_1_7, "/data/containerd");
+        let socket = if format == 4 {
+            "[plugins.'io.containerd.server.v1.grpc']\n  address = '/run/ctd/containerd.sock'\n"
+        } else {
+            "[grpc]\n  address = '/run/ctd/containerd.sock'\n"
+        };
+        n.write(
+            "/etc/containerd/conf.d/50-data.toml",
+            &format!("version = {format}\nroot = '/data/containerd'\nstate = '/run/ctd'\n{socket}"),
+        );
+        // not a .toml: not imported
+        n.write(
+            "/etc/containerd/conf.d/50-data.toml.bak",
+            "root = '/elsewhere'\n",
+        );
+        let f = n.find().unwrap();
+        assert_eq!(f.root, store, "{version}: the drop-in's root");
+        assert_eq!(
+            f.defaults.socket.as_deref(),
+            Some(n.at("/run/ctd/containerd.sock").as_path()),
+            "{version}: the drop-in's socket"
+        );
+        let d = Layout::Containerd.discover(&n.host()).unwrap();
+        assert_eq!(d.state.as_deref(), Some(n.at("/run/ctd").as_path()));
+        assert_eq!(
+            d.read,
+            vec![
+                n.at("/etc/containerd/config.toml"),
+                n.at("/etc/containerd/conf.d/50-data.toml")
+            ],
+            "{version}: every file read, the drop-in after the main file"
+        );
+        // a broken drop-in is an error naming it, as containerd would not start with it
+        n.write("/etc/containerd/conf.d/60-broken.toml", "root = 1\n");
+        let e = n.find().unwrap_err().to_string();
+        assert!(e.contains("60-broken.toml"), "{version}: {e}");
+    }
+}
+
+#[test]
+fn containerd_import_that_does_not_exist_is_an_error() {
+    let n = Node::new();
+    n.place(CONTAINERD_1_7, "/var/lib/containerd");
+    n.write(
+        "/etc/containerd/config.toml",
+        "version = 4\nimports = ['extra.toml']\n",
+    );
+    let e = n.find().unwrap_err().to_string();
+    assert!(
+        e.contains("/etc/containerd/extra.toml") && e.contains("does not exist"),
+        "a relative import is read beside the file that names it: {e}"
+    );
+    n.write(
+        "/etc/containerd/extra.toml",
+        "root = '/var/lib/containerd'\n",
+    );
+    assert_eq!(n.find().unwrap().root, n.at("/var/lib/containerd"));
+}
+
 #[test]
 fn docker_data_root_moved_in_daemon_json_through_node_links() {
     let n = Node::new();

@@ -6,9 +6,12 @@
 //! * Docker `daemon.json` (JSON): `data-root` (and its legacy name `graph`), `hosts` (the first
 //!   `unix://` entry is the socket; `fd://` is systemd's socket unit, i.e. the default socket),
 //!   `pidfile`. `live-restore` is read later by the Docker store itself, from the same file.
-//! * containerd `config.toml` (TOML, format versions 1 (no `version` key), 2 and 3): top-level
-//!   `root`, `state` and `[grpc] address`, which keep their names and places in all three.
-//!   `imports` are not followed (no distribution moves the root through one).
+//! * containerd `config.toml` (TOML, format versions 1 (no `version` key), 2, 3 and 4):
+//!   top-level `root` and `state`; the socket is `[grpc] address` up to format 3 and
+//!   `[plugins.'io.containerd.server.v1.grpc'] address` in format 4 (containerd 2.3+, which
+//!   migrates an older file's `[grpc]` there). `imports` are followed as containerd follows them
+//!   (the layout module reads them): containerd 2.x's stock config imports
+//!   `/etc/containerd/conf.d/*.toml`, where a drop-in can move the store.
 //! * containers/storage `storage.conf` (`[storage] graphroot`, `runroot`) and CRI-O
 //!   `crio.conf` with its `crio.conf.d/*.conf` drop-ins in name order, later ones winning
 //!   (`[crio] root`, `runroot`, `[crio.api] listen`); CRI-O's own settings win over
@@ -125,16 +128,47 @@ pub struct ContainerdConfig {
     pub root: Option<PathBuf>,
     /// `state`.
     pub state: Option<PathBuf>,
-    /// `[grpc] address`.
+    /// The gRPC socket: `[plugins.'io.containerd.server.v1.grpc'] address` (format 4,
+    /// containerd 2.3+), or before format 4 the `[grpc] address` that containerd migrates there
+    /// when the file has no such plugin table.
     pub address: Option<PathBuf>,
+    /// The file sets the gRPC server's plugin table (or a format < 4 `[grpc]` that becomes
+    /// it): an imported file's table replaces the whole table of the files before it, address
+    /// included, as containerd merges plugin tables by key.
+    pub sets_grpc: bool,
+    /// `imports`, as written (globs and paths relative to this file's directory allowed).
+    pub imports: Vec<String>,
 }
 
-/// Parses a containerd `config.toml` of format version 1, 2 or 3.
+impl ContainerdConfig {
+    /// `later`'s settings over these, as containerd merges an imported file into the ones
+    /// read before it: a non-empty `root` or `state` wins, a gRPC plugin table replaces.
+    pub fn overlay(self, later: ContainerdConfig) -> ContainerdConfig {
+        ContainerdConfig {
+            version: self.version.max(later.version),
+            root: later.root.or(self.root),
+            state: later.state.or(self.state),
+            address: if later.sets_grpc {
+                later.address
+            } else {
+                self.address
+            },
+            sets_grpc: self.sets_grpc || later.sets_grpc,
+            imports: self.imports,
+        }
+    }
+}
+
+/// The gRPC server's plugin name from config format 4 on (containerd 2.3+).
+const GRPC_SERVER_PLUGIN: &str = "io.containerd.server.v1.grpc";
+
+/// Parses a containerd `config.toml` of format version 1, 2, 3 or 4 (one file: its
+/// `imports` are returned for the caller to follow).
 pub fn parse_containerd_toml(file: &Path, bytes: &[u8]) -> Result<ContainerdConfig, ConfigError> {
     let table = parse_toml(file, bytes)?;
     let version = match table.get("version") {
         None => 1,
-        Some(toml::Value::Integer(v @ 1..=3)) => *v,
+        Some(toml::Value::Integer(v @ 1..=4)) => *v,
         Some(other) => {
             let shown = match other {
                 toml::Value::Integer(v) => v.to_string(),
@@ -143,19 +177,65 @@ pub fn parse_containerd_toml(file: &Path, bytes: &[u8]) -> Result<ContainerdConf
             };
             return Err(ConfigError::new(
                 file,
-                format!("version = {shown} is not a containerd config format this tool reads (1, 2 or 3)"),
+                format!("version = {shown} is not a containerd config format this tool reads (1, 2, 3 or 4)"),
             ));
         }
     };
     let grpc = sub_table(file, &table, "grpc")?;
+    let legacy = match grpc {
+        Some(g) => toml_path(file, g, "grpc", "address")?,
+        None => None,
+    };
+    let section = format!("plugins.'{GRPC_SERVER_PLUGIN}'");
+    let plugin = match sub_table(file, &table, "plugins")? {
+        Some(plugins) => match plugins.get(GRPC_SERVER_PLUGIN) {
+            None => None,
+            Some(toml::Value::Table(t)) => Some(t),
+            Some(other) => {
+                return Err(ConfigError::new(
+                    file,
+                    format!("[{section}] is {}, not a table", other.type_str()),
+                ))
+            }
+        },
+        None => None,
+    };
+    let (address, sets_grpc) = match plugin {
+        // `address = ''` is containerd's "not set" (its own default config writes it so for
+        // the servers it does not start)
+        Some(p) if p.get("address").and_then(|a| a.as_str()) == Some("") => (None, true),
+        Some(p) => (toml_path(file, p, &section, "address")?, true),
+        // format 4 reads no [grpc]; before it, containerd moves [grpc] into the plugin table
+        None if version < 4 => (legacy.clone(), grpc.is_some()),
+        None => (None, false),
+    };
+    let imports = match table.get("imports") {
+        None => Vec::new(),
+        Some(toml::Value::Array(a)) => a
+            .iter()
+            .map(|i| {
+                i.as_str().map(str::to_owned).ok_or_else(|| {
+                    ConfigError::new(
+                        file,
+                        format!("imports holds a {}, not a string", i.type_str()),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(ConfigError::new(
+                file,
+                format!("imports is {}, not a list", other.type_str()),
+            ))
+        }
+    };
     Ok(ContainerdConfig {
         version,
         root: toml_path(file, &table, "", "root")?,
         state: toml_path(file, &table, "", "state")?,
-        address: match grpc {
-            Some(g) => toml_path(file, g, "grpc", "address")?,
-            None => None,
-        },
+        address,
+        sets_grpc,
+        imports,
     })
 }
 
@@ -351,13 +431,65 @@ mod tests {
         assert_eq!(v3.state.as_deref(), Some(Path::new("/s3")));
         for (bad, says) in [
             (&b"root = "[..], "not valid TOML"),
-            (b"version = 4", "version = 4"),
+            (b"version = 5", "version = 5"),
             (b"version = \"2\"", "not a containerd config format"),
             (b"root = 1", "root is integer, not a string"),
             (b"grpc = 1", "[grpc] is integer"),
             (b"[grpc]\naddress = [1]", "[grpc] address is array"),
             (b"root = \"var/lib\"", "not an absolute path"),
             (b"\xff", "not UTF-8"),
+        ] {
+            let e = parse_containerd_toml(f(), bad).unwrap_err();
+            assert!(e.to_string().contains(says), "{says}: {e}");
+        }
+    }
+
+    #[test]
+    fn containerd_format_4_reads_the_grpc_server_plugin() {
+        let v4 = parse_containerd_toml(
+            f(),
+            b"version = 4\nroot = '/r4'\nimports = ['/etc/containerd/conf.d/*.toml', 'local.toml']\n[grpc]\naddress = '/ignored.sock'\n[plugins.'io.containerd.server.v1.grpc']\naddress = '/a4.sock'\nuid = 0\n[plugins.'io.containerd.server.v1.debug']\naddress = ''\n",
+        )
+        .unwrap();
+        assert_eq!(v4.version, 4);
+        assert_eq!(v4.address.as_deref(), Some(Path::new("/a4.sock")));
+        assert!(v4.sets_grpc);
+        assert_eq!(v4.imports, ["/etc/containerd/conf.d/*.toml", "local.toml"]);
+        let legacy_only =
+            parse_containerd_toml(f(), b"version = 4\n[grpc]\naddress = '/x.sock'\n").unwrap();
+        assert_eq!(
+            (legacy_only.address, legacy_only.sets_grpc),
+            (None, false),
+            "format 4 reads no [grpc] address"
+        );
+        let v3 = parse_containerd_toml(f(), b"version = 3\n[grpc]\naddress = '/x.sock'\n").unwrap();
+        assert_eq!(v3.address.as_deref(), Some(Path::new("/x.sock")));
+        // an imported table replaces the address, an imported root wins, a file without either
+        // changes neither
+        let dropin = parse_containerd_toml(
+            f(),
+            b"version = 4\nroot = '/data/containerd'\n[plugins.'io.containerd.server.v1.grpc']\nuid = 1000\n",
+        )
+        .unwrap();
+        let merged = v3.clone().overlay(dropin);
+        assert_eq!(merged.root.as_deref(), Some(Path::new("/data/containerd")));
+        assert_eq!(
+            merged.address, None,
+            "the imported plugin table has no address"
+        );
+        let nothing = parse_containerd_toml(f(), b"version = 4\n").unwrap();
+        assert_eq!(v3.clone().overlay(nothing).address, v3.address);
+        for (bad, says) in [
+            (&b"imports = 'a.toml'"[..], "imports is string, not a list"),
+            (b"imports = [1]", "imports holds a integer"),
+            (
+                b"version = 4\n[plugins]\n'io.containerd.server.v1.grpc' = 1",
+                "not a table",
+            ),
+            (
+                b"version = 4\n[plugins.'io.containerd.server.v1.grpc']\naddress = 'rel.sock'",
+                "not an absolute path",
+            ),
         ] {
             let e = parse_containerd_toml(f(), bad).unwrap_err();
             assert!(e.to_string().contains(says), "{says}: {e}");

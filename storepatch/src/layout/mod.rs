@@ -301,14 +301,81 @@ impl Discover<'_> {
         Ok(bytes)
     }
 
+    /// A containerd config file and every file it imports, merged as containerd merges them:
+    /// breadth first, each file once, later files over earlier ones. containerd 2.x's own
+    /// default config imports `/etc/containerd/conf.d/*.toml`, so a drop-in there can move
+    /// the root or the socket.
     fn containerd_toml(
         &mut self,
         file: &Path,
     ) -> Result<Option<config::ContainerdConfig>, DetectError> {
-        match self.read(file)? {
-            Some(b) => Ok(Some(config::parse_containerd_toml(file, &b)?)),
-            None => Ok(None),
+        let Some(b) = self.read(file)? else {
+            return Ok(None);
+        };
+        let mut merged = config::parse_containerd_toml(file, &b)?;
+        let mut loaded = std::collections::BTreeSet::from([file.to_path_buf()]);
+        let mut pending = self.imports(file, &merged.imports)?;
+        while let Some(import) = pending.first().cloned() {
+            pending.remove(0);
+            if !loaded.insert(import.clone()) {
+                continue;
+            }
+            // containerd refuses to start when an import it names does not exist
+            let bytes = self.read(&import)?.ok_or_else(|| ConfigError {
+                file: import.clone(),
+                reason: format!("is imported by {} but does not exist", file.display()),
+            })?;
+            let cfg = config::parse_containerd_toml(&import, &bytes)?;
+            pending.extend(self.imports(&import, &cfg.imports)?);
+            merged = merged.overlay(cfg);
         }
+        Ok(Some(merged))
+    }
+
+    /// The files `imports` of `parent` (a resolved path) name, resolved: relative to the
+    /// parent's directory, `*` expanded as Go's `filepath.Glob` does (matches in name order).
+    fn imports(&self, parent: &Path, imports: &[String]) -> Result<Vec<PathBuf>, DetectError> {
+        let parent_node = self.host.node_path(parent);
+        let mut out = Vec::new();
+        for import in imports {
+            let mut node = PathBuf::from(import);
+            if !node.is_absolute() {
+                node = parent_node.parent().unwrap_or(Path::new("/")).join(node);
+            }
+            if !import.contains('*') {
+                out.push(self.path(&node)?);
+                continue;
+            }
+            let mut matches = vec![PathBuf::from("/")];
+            for part in node.components().skip(1) {
+                let part = part.as_os_str().to_string_lossy().into_owned();
+                let mut next = Vec::new();
+                for base in &matches {
+                    if !part.contains('*') {
+                        next.push(base.join(&part));
+                        continue;
+                    }
+                    let Ok(entries) = std::fs::read_dir(self.path(base)?) else {
+                        continue;
+                    };
+                    let mut names: Vec<String> = entries
+                        .flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| wildcard_match(&part, n))
+                        .collect();
+                    names.sort();
+                    next.extend(names.into_iter().map(|n| base.join(n)));
+                }
+                matches = next;
+            }
+            for m in matches {
+                let resolved = self.path(&m)?;
+                if resolved.exists() {
+                    out.push(resolved);
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn microk8s_flags(&mut self) -> Result<MicroK8sFlags, DetectError> {
@@ -545,4 +612,25 @@ pub fn find(
             found: found.iter().map(describe).collect::<Vec<_>>().join(", "),
         }),
     }
+}
+
+/// `*` (any run of characters within one path element) against `name`. Go's `filepath.Match`
+/// has no hidden-file rule (`*.toml` matches `.x.toml`), so neither has this.
+fn wildcard_match(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    true
 }
