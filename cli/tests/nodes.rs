@@ -441,6 +441,14 @@ fn crio_1_30_node_from_1_30() {
     every_target_then_patch(small("crio-1.30"));
 }
 
+/// A node the real kubelet 1.30 made on containerd 2.4.2 (built from the module), judged by the
+/// real kubelet 1.31 (scripts/make-node-fixture.sh): its stores carry containerd 2.4's new
+/// container metadata (ImageDigest, ImageName), which a patch keeps byte for byte.
+#[test]
+fn containerd_2_4_node_from_1_30_made_by_the_real_kubelet() {
+    every_target_then_patch(small("containerd-2.4"));
+}
+
 #[test]
 fn large_containerd_1_7_node() {
     every_target_then_patch(unpack_large(
@@ -980,6 +988,7 @@ fn every_bundled_node_plans_1_37_and_1_38_and_backs_out_from_1_37() {
         "docker-20.10",
         "containerd-1.6",
         "containerd-1.7",
+        "containerd-2.4",
         "crio-1.30",
     ] {
         let node = small(name);

@@ -21,7 +21,9 @@
 //! period run on containerd pairs, `LAB_HOLD_CASES=0` leaves them out, `=1` runs them on every
 //! runtime). Results go to
 //! `target/real-kubelet/results.md` (docs/lab.md keeps them). With `REAL_KUBELET_GOLDEN=DIR` the
-//! spec/hash pairs the real kubelets stored are written there (scripts/real-kubelet-golden.sh).
+//! spec/hash pairs the real kubelets stored are written there (scripts/real-kubelet-golden.sh);
+//! with `REAL_KUBELET_NODE_FIXTURE=DIR` the old kubelet's node is kept as a fixture of
+//! `fixtures/nodes` (scripts/make-node-fixture.sh, `node_fixture`).
 //! Needs root and the lab's builds (scripts/test.sh makes them first; cached).
 
 use serde_json::Value;
@@ -33,6 +35,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 // runs a command, panics naming it unless it succeeds, returns its stdout
 use testtools::containerd::run_ok as sh;
+
+#[path = "real_kubelet/node_fixture.rs"]
+mod node_fixture;
 
 fn lab_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/k8s-lab.sh")
@@ -1478,6 +1483,10 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
         "{pair}: a kubelet restarted as it is restarts no container"
     );
 
+    // ---- REAL_KUBELET_NODE_FIXTURE: the old kubelet's node kept as a fixture ----
+    let fixture =
+        node_fixture::wanted(runtime).map(|dir| node_fixture::capture(&lab, &dir, from, &from_v));
+
     // ---- the pods from the API server with the node's identity, and its errors ----
     let cp_minor: u32 = to_v.split('.').nth(1).unwrap().parse().unwrap();
     api_cases(&lab, t.path(), &pair, to, cp_minor);
@@ -1576,6 +1585,10 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
         &|id| created.contains(id),
         &format!("{pair}: kubelet {to}"),
     ));
+
+    if let Some(cap) = fixture {
+        node_fixture::finish(cap, &lab, to, &to_v, &ctl_restarted);
+    }
 
     // ---- issue 37: windows longer than the grace period, without and with the hold ----
     // Only on containerd pairs: the hold is none of the runtime's business (a lease renewed

@@ -1,0 +1,359 @@
+//! `REAL_KUBELET_NODE_FIXTURE=DIR`: the lab's node kept as a fixture of `fixtures/nodes`
+//! (scripts/make-node-fixture.sh), every byte and every hash from the real programs:
+//! - the runtime's store as the old kubelet's runtime left it when stopped (containerd's
+//!   `meta.db` and the CRI plugin's status files), `pods.json` as the API server served it and
+//!   `runtime-before.json` as the runtime answered through the CRI;
+//! - `expected.json`: the stored hashes are the old real kubelet's; each target hash is what the
+//!   real new kubelet stored when it created the same container of the same pod again (every
+//!   sandbox is killed after the control so that it recreates every container, exited init
+//!   containers and sidecars too, whose hashes a restart alone would never show); whether the
+//!   new kubelet restarts a container without a rewrite is what it did in the control.
+//!
+//! Nothing in it comes from kubelet-rehash: the fixture is the baseline the tool is judged by.
+
+use super::{sh, wait_settled, Lab};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use storepatch::live::cri::v1;
+
+const HASH: &str = "io.kubernetes.container.hash";
+const HASH_WITHOUT_RESOURCES: &str = "io.kubernetes.container.hashWithoutResources";
+
+/// What the capture kept of the old kubelet's node, for `expected.json` at the end.
+pub struct Captured {
+    dir: PathBuf,
+    from: String,
+    version: Value,
+    pods: Value,
+    containers: Vec<v1::Container>,
+    states: BTreeMap<String, String>,
+}
+
+/// The destination, when asked for (containerd labs only: the other runtimes' fixtures were
+/// made before the lab existed and keep their own recipes).
+pub fn wanted(runtime: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os("REAL_KUBELET_NODE_FIXTURE")?);
+    assert_eq!(
+        runtime, "containerd",
+        "REAL_KUBELET_NODE_FIXTURE captures containerd nodes only"
+    );
+    Some(dir)
+}
+
+fn list(lab: &Lab) -> Vec<v1::Container> {
+    let r: v1::ListContainersResponse = lab
+        .cri()
+        .unary(
+            "/runtime.v1.RuntimeService/ListContainers",
+            v1::ListContainersRequest { filter: None },
+        )
+        .unwrap();
+    let mut c = r.containers;
+    c.sort_by(|a, b| a.id.cmp(&b.id));
+    c
+}
+
+fn sorted(m: &std::collections::HashMap<String, String>) -> BTreeMap<&String, &String> {
+    m.iter().collect()
+}
+
+fn pretty(v: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    serde::Serialize::serialize(v, &mut ser).unwrap();
+    out.push(b'\n');
+    out
+}
+
+/// With the old kubelet settled: stops it, records what the runtime answers, stops the
+/// runtime (its containers keep running), copies the store, and starts both again.
+pub fn capture(lab: &Lab, dir: &Path, from: &str, from_v: &str) -> Captured {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    sh(
+        Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
+        "stop-kubelet",
+    );
+    let pods = lab.pods_of_node();
+    std::fs::write(dir.join("pods.json"), pretty(&pods)).unwrap();
+    let version = lab.cri().version().unwrap();
+    let version = json!({
+        "runtime_name": version.runtime_name,
+        "runtime_version": version.runtime_version,
+        "runtime_api_version": version.runtime_api_version,
+    });
+    let containers = list(lab);
+    let states: BTreeMap<String, String> = lab
+        .cri()
+        .list_containers()
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.id, c.state))
+        .collect();
+    let pids: BTreeMap<String, Option<u32>> = lab
+        .cri()
+        .list_containers()
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.id, c.pid))
+        .collect();
+    let sandboxes: BTreeSet<&String> = containers.iter().map(|c| &c.pod_sandbox_id).collect();
+    let before = json!({
+        "version": version,
+        "sandboxes": sandboxes.iter().map(|id| {
+            let s = lab.cri().pod_sandbox_status(id).unwrap();
+            json!({"id": id, "ready": s.ready, "ip": s.ip, "host_network": s.host_network})
+        }).collect::<Vec<_>>(),
+        "containers": containers.iter().map(|c| json!({
+            "id": c.id,
+            "pod_sandbox_id": c.pod_sandbox_id,
+            "name": c.metadata.as_ref().map(|m| m.name.clone()),
+            "attempt": c.metadata.as_ref().map(|m| m.attempt),
+            "image": c.image.as_ref().map(|i| i.image.clone()),
+            "image_ref": c.image_ref,
+            "state": states.get(&c.id),
+            "pid": pids.get(&c.id).copied().flatten(),
+            "created_at": c.created_at,
+            "labels": sorted(&c.labels),
+            "annotations": sorted(&c.annotations),
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(dir.join("runtime-before.json"), pretty(&before)).unwrap();
+
+    sh(
+        Command::new("sh").arg("-c").arg(lab.lab("stop-runtime")),
+        "stop-runtime",
+    );
+    let root = Path::new(lab.var("RUNTIME_ROOT"));
+    let store = dir.join("var/lib/containerd");
+    let db = "io.containerd.metadata.v1.bolt/meta.db";
+    std::fs::create_dir_all(store.join(db).parent().unwrap()).unwrap();
+    std::fs::copy(root.join(db), store.join(db)).unwrap();
+    let cri = "io.containerd.grpc.v1.cri/containers";
+    for c in &containers {
+        let status = root.join(cri).join(&c.id).join("status");
+        if status.is_file() {
+            let to = store.join(cri).join(&c.id);
+            std::fs::create_dir_all(&to).unwrap();
+            std::fs::copy(&status, to.join("status")).unwrap();
+        }
+    }
+    sh(
+        Command::new("sh").arg("-c").arg(lab.lab("start-runtime")),
+        "start-runtime",
+    );
+    sh(
+        Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
+        "start-kubelet",
+    );
+    wait_settled(lab, from_v, "after the fixture's capture");
+    node_ready(lab, "after the fixture's capture");
+    Captured {
+        dir: dir.to_path_buf(),
+        from: from.to_string(),
+        version,
+        pods,
+        containers,
+        states,
+    }
+}
+
+/// Waits for the node's Ready condition (a runtime restarted reports its network not ready
+/// for a moment, and the steps after this one hold the node Ready only from Ready).
+fn node_ready(lab: &Lab, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let node = lab.json(&["get", "node", lab.var("NODE")]);
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        if ready {
+            // the readiness of the pods and the endpoints follow
+            std::thread::sleep(Duration::from_secs(10));
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the node not Ready in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `ns/pod/container` of a container, from the kubelet's labels.
+fn key(c: &v1::Container) -> String {
+    format!(
+        "{}/{}/{}",
+        c.labels["io.kubernetes.pod.namespace"],
+        c.labels["io.kubernetes.pod.name"],
+        c.labels["io.kubernetes.container.name"]
+    )
+}
+
+/// Kills every sandbox's pause processes, so the running new kubelet creates every container of
+/// every pod again, and returns the new containers by `ns/pod/container`.
+fn recreated_by_new_kubelet(
+    lab: &Lab,
+    to_v: &str,
+    wanted: &BTreeSet<String>,
+) -> BTreeMap<String, v1::Container> {
+    let old = list(lab);
+    let old_ids: BTreeSet<String> = old.iter().map(|c| c.id.clone()).collect();
+    let sandboxes: BTreeSet<String> = old.iter().map(|c| c.pod_sandbox_id.clone()).collect();
+    let mut killed = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let p = e.path();
+        let Ok(cgroup) = std::fs::read_to_string(p.join("cgroup")) else {
+            continue;
+        };
+        // the sandbox's cgroup holds only its pause process (the lab's pause is a shell and
+        // its sleep)
+        if sandboxes.iter().any(|s| cgroup.contains(s.as_str())) {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed += 1;
+        }
+    }
+    assert!(killed > 0, "no sandbox's pause process found to kill");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        std::thread::sleep(Duration::from_secs(3));
+        let new: BTreeMap<String, v1::Container> = list(lab)
+            .into_iter()
+            .filter(|c| !old_ids.contains(&c.id))
+            .map(|c| (key(&c), c))
+            .collect();
+        if wanted.iter().all(|k| new.contains_key(k)) {
+            wait_settled(lab, to_v, "after every sandbox was recreated");
+            node_ready(lab, "after every sandbox was recreated");
+            return new;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new kubelet recreated only {:?} of {:?}",
+            new.keys().collect::<Vec<_>>(),
+            wanted
+        );
+    }
+}
+
+/// After the control (the new kubelet running, without the tool): writes `expected.json`.
+/// `restarted`: the control's restarted containers, as `ns/pod/container`.
+pub fn finish(cap: Captured, lab: &Lab, to: &str, to_v: &str, restarted: &BTreeSet<String>) {
+    let items = cap.pods["items"].as_array().unwrap();
+    let pod_of = |ns: &str, name: &str| {
+        items
+            .iter()
+            .find(|p| p["metadata"]["namespace"] == ns && p["metadata"]["name"] == name)
+    };
+    let wanted: BTreeSet<String> = cap.containers.iter().map(key).collect();
+    let target = recreated_by_new_kubelet(lab, to_v, &wanted);
+    let mut rows = Vec::new();
+    let mut sandboxes = BTreeMap::new();
+    for c in &cap.containers {
+        let ns = &c.labels["io.kubernetes.pod.namespace"];
+        let name = &c.labels["io.kubernetes.pod.name"];
+        let pod = json!({"namespace": ns, "name": name, "uid": c.labels["io.kubernetes.pod.uid"]});
+        sandboxes
+            .entry(c.pod_sandbox_id.clone())
+            .or_insert(pod.clone());
+        let spec = pod_of(ns, name).unwrap_or_else(|| panic!("{}: no pod in pods.json", key(c)));
+        let cname = &c.labels["io.kubernetes.container.name"];
+        let init = spec["spec"]["initContainers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["name"] == cname.as_str());
+        let container_type = match init {
+            Some(i) if i["restartPolicy"] == "Always" => "sidecar",
+            Some(_) => "init",
+            None => "container",
+        };
+        let state = match cap.states[&c.id].as_str() {
+            "CONTAINER_RUNNING" => "running",
+            "CONTAINER_EXITED" => "exited",
+            other => panic!("{}: state {other} in a settled node", key(c)),
+        };
+        let stored = c.annotations[HASH].clone();
+        let t = &target[&key(c)];
+        let target_hash = t.annotations[HASH].clone();
+        let mut tgt = json!({
+            "hash": target_hash,
+            "stored_ne_target": stored != target_hash,
+            "kubelet_would_restart": state == "running" && restarted.contains(&key(c)),
+        });
+        if let Some(h) = t.annotations.get(HASH_WITHOUT_RESOURCES) {
+            tgt["hash_without_resources"] = json!(h);
+        }
+        rows.push(json!({
+            "id": c.id,
+            "kind": "container",
+            "pod": pod,
+            "in_podlist": true,
+            "orphan": false,
+            "container_name": cname,
+            "container_type": container_type,
+            "attempt": c.metadata.as_ref().unwrap().attempt,
+            "state": state,
+            "stored_hash": stored,
+            "stored_hash_without_resources": c.annotations.get(HASH_WITHOUT_RESOURCES),
+            "image_in_runtime": c.image.as_ref().map(|i| i.image.clone()),
+            "drifted": false,
+            "from_hash_of_podlist_spec": stored,
+            "stored_hash_verifies": true,
+            "targets": {to: tgt},
+        }));
+    }
+    for (id, pod) in &sandboxes {
+        rows.push(json!({
+            "id": id, "kind": "sandbox", "pod": pod, "in_podlist": true, "orphan": false,
+            "container_name": null, "stored_hash": null, "targets": {to: null},
+        }));
+    }
+    rows.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    let cs: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "container").collect();
+    let count = |f: &dyn Fn(&Value) -> bool| cs.iter().filter(|r| f(r)).count();
+    let expected = json!({
+        "scenario": cap.dir.file_name().unwrap().to_string_lossy(),
+        "runtime": cap.version,
+        "from_kubelet": cap.from,
+        "from_kubelet_build": lab.var("KUBELET_VERSION"),
+        "to_kubelet_build": to_v,
+        "made_by": "scripts/make-node-fixture.sh (cli/tests/real_kubelet/node_fixture.rs): real kubelets and control plane built from Kubernetes' Go modules",
+        "targets": [to],
+        "hash_annotation": HASH,
+        "counts": {
+            "sandboxes": sandboxes.len(),
+            "containers": cs.len(),
+            "containers_running": count(&|r| r["state"] == "running"),
+            "containers_exited": count(&|r| r["state"] == "exited"),
+            "orphan_containers": 0,
+            "drifted_containers": 0,
+        },
+        "summary_per_target": {to: {
+            "containers_in_podlist": cs.len(),
+            "stored_ne_target": count(&|r| r["targets"][to]["stored_ne_target"] == true),
+            "running_stored_ne_target": count(&|r| r["state"] == "running" && r["targets"][to]["stored_ne_target"] == true),
+            "kubelet_would_restart": count(&|r| r["targets"][to]["kubelet_would_restart"] == true),
+        }},
+        "field_notes": {
+            "stored_hash": "io.kubernetes.container.hash as the old real kubelet stored it (CRI annotations)",
+            "targets.<v>.hash": "what the real kubelet <v> stored when it created the same container of the same pod again (every sandbox killed after the control)",
+            "targets.<v>.kubelet_would_restart": "the real kubelet <v>, swapped in without a rewrite, restarted this container",
+        },
+        "containers": rows,
+    });
+    std::fs::write(cap.dir.join("expected.json"), pretty(&expected)).unwrap();
+    eprintln!(
+        "real_kubelet: node fixture written to {}",
+        cap.dir.display()
+    );
+}
