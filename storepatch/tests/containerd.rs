@@ -335,6 +335,15 @@ fn assert_node_scan(v: &str, root: &Path) {
 fn scan_node_fixtures() {
     assert_node_scan("1.6", &node_root("1.6"));
     assert_node_scan("1.7", &node_root("1.7"));
+    // made by the real kubelet 1.30 on containerd 2.4.2 (scripts/make-node-fixture.sh)
+    for v in NEW_NODES {
+        assert_node_scan(v, &node_root(v));
+        assert_eq!(
+            meta_page_freelist(&node_root(v).join(META_DB)),
+            u64::MAX,
+            "{v}"
+        );
+    }
     // 1.7 writes with NoFreelistSync: the tool must read that layout.
     assert_eq!(
         meta_page_freelist(&node_root("1.7").join(META_DB)),
@@ -582,16 +591,82 @@ fn node_rewrites(v: &str, grow: bool) -> Vec<Rewrite> {
         .collect()
 }
 
+/// The containerd 2.x nodes of fixtures/nodes the real kubelet made (NoFreelistSync, as 1.7).
+const NEW_NODES: &[&str] = &["2.4"];
+
 #[test]
 fn apply_node_fixtures_both_layouts() {
-    for (v, synced) in [("1.6", true), ("1.7", false)] {
+    let new = NEW_NODES.iter().map(|v| (*v, false));
+    for (v, synced) in [("1.6", true), ("1.7", false)].into_iter().chain(new) {
         let r = node_copy(v);
         let rw = node_rewrites(v, false);
-        assert!(rw.len() >= 25);
+        assert!(rw.len() >= 10, "{v}: {} containers", rw.len());
         apply_and_verify(&r, &rw, synced);
         // values that grow by 7 bytes (and hashWithoutResources too)
         let r = node_copy(v);
         apply_and_verify(&r, &node_rewrites(v, true), synced);
+    }
+}
+
+/// containerd 2.4 added `ImageDigest` and `ImageName` to the CRI container metadata without
+/// a version bump: a rewrite keeps them, and every other field, byte for byte and in place.
+/// The JSON of each rewritten extension must be the old JSON with the hash values replaced,
+/// nothing else: a field dropped, reordered or re-encoded fails here.
+#[test]
+fn containerd_2_4_metadata_fields_kept_byte_for_byte() {
+    for v in NEW_NODES {
+        for grow in [false, true] {
+            let r = node_copy(v);
+            let path = r.db();
+            let before = kv(&path);
+            let store = r.store();
+            let scan = by_id(&store.scan().unwrap().records);
+            let rewrites = node_rewrites(v, grow);
+            let (_d, mut b, _bdir) = new_backup("metadata");
+            store.apply_detailed(&rewrites, &mut b).unwrap();
+            let after = kv(&path);
+            let payload = |v: &[u8]| -> String {
+                let at = v
+                    .iter()
+                    .position(|b| *b == b'{')
+                    .expect("an Any with a JSON value");
+                String::from_utf8(v[at..].to_vec()).unwrap()
+            };
+            let mut with_new_fields = 0;
+            for rw in &rewrites {
+                let rec = &scan[&rw.id];
+                let k = ext_path(ns_of(rec), &rw.id);
+                let old = payload(before[&k].0.as_ref().unwrap());
+                let new = payload(after[&k].0.as_ref().unwrap());
+                if old.contains("\"ImageDigest\":\"sha256:") && old.contains("\"ImageName\":\"") {
+                    with_new_fields += 1;
+                }
+                let old_hash = rec.hash.as_deref().unwrap();
+                let mut want = old.replace(
+                    &format!("\"io.kubernetes.container.hash\":\"{old_hash}\""),
+                    &format!("\"io.kubernetes.container.hash\":\"{}\"", rw.hash),
+                );
+                if let (Some(old_wr), Some(new_wr)) = (
+                    rec.hash_without_resources.as_deref(),
+                    rw.hash_without_resources,
+                ) {
+                    want = want.replace(
+                        &format!("\"io.kubernetes.container.hashWithoutResources\":\"{old_wr}\""),
+                        &format!("\"io.kubernetes.container.hashWithoutResources\":\"{new_wr}\""),
+                    );
+                }
+                assert_eq!(
+                    new, want,
+                    "containerd-{v} {} (grow {grow}): the metadata JSON is the old one with the hashes replaced",
+                    rw.id
+                );
+            }
+            assert_eq!(
+                with_new_fields,
+                rewrites.len(),
+                "containerd-{v}: every container the real containerd 2.4 wrote carries ImageDigest and ImageName"
+            );
+        }
     }
 }
 

@@ -272,6 +272,16 @@ pub fn finish(cap: Captured, lab: &Lab, to: &str, to_v: &str, restarted: &BTreeS
             .into_iter()
             .flatten()
             .find(|i| i["name"] == cname.as_str());
+        // the image the kubelet asked for, which containerd keeps in the container's record
+        // (the CRI's list answers with the image id instead)
+        let image = spec["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(init)
+            .find(|i| i["name"] == cname.as_str())
+            .map(|i| i["image"].clone())
+            .unwrap_or(Value::Null);
         let container_type = match init {
             Some(i) if i["restartPolicy"] == "Always" => "sidecar",
             Some(_) => "init",
@@ -305,7 +315,7 @@ pub fn finish(cap: Captured, lab: &Lab, to: &str, to_v: &str, restarted: &BTreeS
             "state": state,
             "stored_hash": stored,
             "stored_hash_without_resources": c.annotations.get(HASH_WITHOUT_RESOURCES),
-            "image_in_runtime": c.image.as_ref().map(|i| i.image.clone()),
+            "image_in_runtime": image,
             "drifted": false,
             "from_hash_of_podlist_spec": stored,
             "stored_hash_verifies": true,
