@@ -102,7 +102,11 @@ fn stored_by(c: &Ctr, ver: &str) -> (String, Option<String>) {
 
 impl Scenario {
     fn new(tag: &str, from: &str) -> Scenario {
-        let mut node = crio::Node::new();
+        Scenario::on(crio::Node::new(), tag, from)
+    }
+
+    /// The scenario on a node of another CRI-O build.
+    fn on(mut node: crio::Node, tag: &str, from: &str) -> Scenario {
         let pause = ctd::build_image(&node.p.t, crio::PAUSE_IMAGE, "pause");
         let app = ctd::build_image(&node.p.t, crio::APP_IMAGE, "app");
         node.import_image(&pause, crio::PAUSE_IMAGE);
@@ -505,10 +509,26 @@ fn verify_live(report: &Path) -> Out {
 /// on each result. Refusals on the way: patch and rollback while CRI-O runs.
 #[test]
 fn crio_patch_verify_downgrade_rollback() {
+    patch_verify_downgrade_rollback(crio::Node::new(), "p31");
+}
+
+/// CRI-O 1.36.3 built from the Go module proxy (scripts/setup-crio-module.sh): 1.35 moved the
+/// user-facing annotations to `cri-o.io/*`, the internal state keys the tool rewrites stayed.
+#[test]
+fn crio_1_36_patch_verify_downgrade_rollback() {
+    patch_verify_downgrade_rollback(crio_1_36(), "q31");
+}
+
+/// The CRI-O 1.36.3 node (scripts/setup-crio-module.sh builds it; scripts/test.sh runs that).
+fn crio_1_36() -> crio::Node {
+    crio::Node::with_build(crio::module_build("1.36.3"), "1.36.3")
+}
+
+fn patch_verify_downgrade_rollback(node: crio::Node, tag: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     root_or_fail();
     let t_all = Instant::now();
-    let mut sc = Scenario::new("p31", "1.30");
+    let mut sc = Scenario::on(node, tag, "1.30");
     let mut notes = vec![format!(
         "node: {} containers in {} pods, one on CNI bridge {} ({})",
         sc.ctrs.len(),
@@ -854,10 +874,21 @@ fn crio_version_file_wipe_is_real_and_refused() {
 /// spread including the first and the last (each point costs two CRI-O starts).
 #[test]
 fn crio_crash_sweep_crio_loads_every_container() {
+    crash_sweep(crio::Node::new(), "crs");
+}
+
+/// The crash sweep on CRI-O 1.36.3: after every kill point, the real CRI-O 1.36 loads every
+/// container.
+#[test]
+fn crio_1_36_crash_sweep_crio_loads_every_container() {
+    crash_sweep(crio_1_36(), "crt");
+}
+
+fn crash_sweep(node: crio::Node, tag: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     root_or_fail();
     let t_all = Instant::now();
-    let mut sc = Scenario::new("crs", "1.30");
+    let mut sc = Scenario::on(node, tag, "1.30");
     let t = sc.node.p.t.clone();
     let before = sc.listing();
     let pids = sc.pids();

@@ -863,6 +863,9 @@ pub fn container_config_in(
         image: Some(v1::ImageSpec {
             image: image_id.into(),
             annotations: HashMap::new(),
+            // every caller creates APP_IMAGE's containers; the kubelet (1.28+) names the
+            // image as the pod spec does here
+            user_specified_image: APP_IMAGE.into(),
         }),
         envs: vec![
             env("KUBERNETES_SERVICE_HOST", "10.96.0.1"),

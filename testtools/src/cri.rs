@@ -470,6 +470,7 @@ impl CriTestCalls for CriClient {
                 image: Some(v1::ImageSpec {
                     image: image.into(),
                     annotations: HashMap::new(),
+                    user_specified_image: String::new(),
                 }),
                 verbose: false,
             },

@@ -37,6 +37,12 @@ fn bin_dir() -> PathBuf {
     crate::containerd::workspace().join(".cache/crio/bin")
 }
 
+/// A CRI-O built from the Go module proxy by scripts/setup-crio-module.sh:
+/// `.cache/runtimes/crio-<version>/usr/bin`.
+pub fn module_build(version: &str) -> PathBuf {
+    crate::containerd::workspace().join(format!(".cache/runtimes/crio-{version}/usr/bin"))
+}
+
 /// Where one CRI-O node keeps its files (every path under `t`).
 pub struct Paths {
     /// The node's temporary directory, standing in for `/`.
@@ -67,6 +73,10 @@ pub struct Paths {
 
 /// A private CRI-O node.
 pub struct Node {
+    /// Where its crio, pinns and copyimg are.
+    pub bins: PathBuf,
+    /// The version CRI-O must report.
+    pub version: String,
     /// Its files.
     pub p: Paths,
     /// The running crio, when started.
@@ -80,7 +90,12 @@ impl Node {
     /// A fresh node directory and config; CRI-O is not started. Panics (with [`SETUP`]) when
     /// the binaries, conmon, runc, the CNI plugins or busybox are missing, or not root.
     pub fn new() -> Node {
-        let bins = bin_dir();
+        Node::with_build(bin_dir(), VERSION)
+    }
+
+    /// [`Node::new`] running another CRI-O build: `bins` holds its crio, pinns and copyimg,
+    /// and CRI-O must report `version`.
+    pub fn with_build(bins: PathBuf, version: &str) -> Node {
         for b in ["crio", "pinns", "copyimg"] {
             assert!(
                 bins.join(b).exists(),
@@ -141,8 +156,10 @@ impl Node {
         ] {
             fs::create_dir_all(p.t.join(d)).unwrap();
         }
-        write_config(&p);
+        write_config(&p, &bins);
         Node {
+            bins,
+            version: version.to_string(),
             p,
             daemon: None,
             _tmp: tmp,
@@ -161,7 +178,7 @@ impl Node {
     /// /var/lib/containers/cache; unable to, it keeps the cache in memory.
     pub fn import_image(&self, tar: &Path, name: &str) {
         assert!(self.daemon.is_none(), "import images before CRI-O starts");
-        let copyimg = bin_dir().join("copyimg");
+        let copyimg = self.bins.join("copyimg");
         let script = format!(
             "mount --make-rprivate / && mount -t tmpfs -o ro tmpfs /var/lib && exec {} --root {} --runroot {} --storage-driver overlay --signature-policy {} --image-name {name} --import-from oci-archive:{}",
             copyimg.display(),
@@ -190,7 +207,7 @@ impl Node {
             .open(&self.p.log)
             .unwrap();
         let started = Instant::now();
-        let mut cmd = Command::new(bin_dir().join("crio"));
+        let mut cmd = Command::new(self.bins.join("crio"));
         cmd.arg("--config")
             .arg(&self.p.config)
             .arg("--config-dir")
@@ -220,7 +237,7 @@ impl Node {
                     if let Ok(v) = c.version() {
                         assert_eq!(
                             (v.runtime_name.as_str(), v.runtime_version.as_str()),
-                            ("cri-o", VERSION),
+                            ("cri-o", self.version.as_str()),
                             "{SETUP}"
                         );
                         self.notes.push(format!(
@@ -314,9 +331,8 @@ impl Default for Node {
 /// crio.conf with `@NAME@` placeholders, shared with scripts/k8s-lab.sh.
 const CRIO_CONF_TEMPLATE: &str = include_str!("../data/crio.conf.in");
 
-fn write_config(p: &Paths) {
+fn write_config(p: &Paths, bins: &Path) {
     let t = p.t.display();
-    let bins = bin_dir();
     fs::create_dir_all(p.t.join("etc/containers")).unwrap();
     fs::write(
         p.t.join("etc/containers/policy.json"),

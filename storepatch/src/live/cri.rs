@@ -54,6 +54,10 @@ pub mod v1 {
         pub image: String,
         #[prost(map = "string, string", tag = "2")]
         pub annotations: HashMap<String, String>,
+        /// The image as the pod spec names it (the kubelet sends it from 1.28; CRI-O 1.36
+        /// refuses a CreateContainer without it).
+        #[prost(string, tag = "18")]
+        pub user_specified_image: String,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
