@@ -449,6 +449,18 @@ fn containerd_2_4_node_from_1_30_made_by_the_real_kubelet() {
     every_target_then_patch(small("containerd-2.4"));
 }
 
+/// As containerd 2.4's, on containerd 2.3.7, the first LTS.
+#[test]
+fn containerd_2_3_node_from_1_30_made_by_the_real_kubelet() {
+    every_target_then_patch(small("containerd-2.3"));
+}
+
+/// As containerd 2.4's, on containerd 2.2.9.
+#[test]
+fn containerd_2_2_node_from_1_30_made_by_the_real_kubelet() {
+    every_target_then_patch(small("containerd-2.2"));
+}
+
 #[test]
 fn large_containerd_1_7_node() {
     every_target_then_patch(unpack_large(
@@ -988,6 +1000,8 @@ fn every_bundled_node_plans_1_37_and_1_38_and_backs_out_from_1_37() {
         "docker-20.10",
         "containerd-1.6",
         "containerd-1.7",
+        "containerd-2.2",
+        "containerd-2.3",
         "containerd-2.4",
         "crio-1.30",
     ] {

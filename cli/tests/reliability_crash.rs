@@ -589,6 +589,11 @@ fn crash_sweep_containerd_2_4_every_point() {
 }
 
 #[test]
+fn crash_sweep_containerd_2_3_lts_every_point() {
+    sweep(small("containerd-2.3"), u64::MAX, true, 3);
+}
+
+#[test]
 fn crash_sweep_crio_1_30_sampled() {
     sweep(small("crio-1.30"), 30, true, 2);
 }
