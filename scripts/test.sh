@@ -14,6 +14,11 @@ scripts/setup-containerd.sh
 # containerd 2.2.9, 2.3.7 (the first LTS) and 2.4.2, which Debian does not package: built from
 # the Go module proxy into /var/cache/kubelet-rehash/containerd/<version> (about 1 min each)
 scripts/setup-containerd-module.sh
+# Docker 28.5.2 and Docker 29's engine (github.com/moby/moby/v2 v2.0.0-beta.24), and CRI-O
+# 1.36.3, built from the Go module proxy the same way (storepatch/tests/docker_live.rs,
+# cli/tests/crio_live.rs; cold 2-5 min each, cached by version)
+scripts/setup-docker-module.sh
+scripts/setup-crio-module.sh
 # CRI-O 1.30.14 built from third_party/ into .cache/crio (cli/tests/crio_live.rs)
 scripts/setup-crio.sh
 # cri-dockerd 0.4.1 built from third_party/ into .cache/cri-dockerd, and Debian's CNI bridge +

@@ -1,4 +1,5 @@
-//! Proof on a real dockerd 20.10 (Debian 12 `docker.io`; install with scripts/setup-docker.sh):
+//! Proof on a real dockerd 20.10 (Debian 12 `docker.io`; install with scripts/setup-docker.sh),
+//! 28.5.2 and 29's engine (built from the Go module proxy: scripts/setup-docker-module.sh):
 //! a private dockerd with live-restore runs a dockershim-shaped pod (sandbox + two
 //! containers); dockerd is stopped (the containers keep running), the hashes are rewritten
 //! through the library, dockerd is started again and must report the new hashes for the same,
@@ -50,16 +51,69 @@ fn container_labels(name: &str, hash: &str, sandbox: &str, logdir: &Path) -> Val
 
 #[test]
 fn rewrite_on_a_real_dockerd_keeps_containers_running() {
+    rewrite_on(Daemon::new(), "20.10");
+}
+
+/// Docker 28.5.2, built from the Go module proxy (`github.com/docker/docker@v28.5.2+incompatible`,
+/// scripts/setup-docker-module.sh): its `config.v2.json` carries fields 20.10 never wrote.
+#[test]
+fn rewrite_on_a_real_dockerd_28_5_keeps_containers_running() {
+    rewrite_on(Daemon::with_dockerd(module_dockerd("28.5.2")), "28.5.2");
+}
+
+/// Docker 29's engine as the proxy serves it: `github.com/moby/moby/v2@v2.0.0-beta.24`
+/// (`releases/versions.yaml`: 29.8), built by scripts/setup-docker-module.sh; no released 29.x
+/// tag is on the proxy (403).
+#[test]
+fn rewrite_on_a_real_dockerd_29_beta_keeps_containers_running() {
+    rewrite_on(
+        Daemon::with_dockerd(module_dockerd("v2.0.0-beta.24")),
+        "2.0.0-beta.24",
+    );
+}
+
+/// `.cache/runtimes/docker-<version>/usr/bin/dockerd`, as scripts/setup-docker-module.sh builds it.
+fn module_dockerd(version: &str) -> std::path::PathBuf {
+    let p = testtools::containerd::workspace()
+        .join(format!(".cache/runtimes/docker-{version}/usr/bin/dockerd"));
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/setup-docker-module.sh {version} (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+/// Every `config.v2.json` of the store, by container id.
+fn configs(data_root: &Path) -> BTreeMap<String, String> {
+    fs::read_dir(data_root.join("containers"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                fs::read_to_string(e.path().join("config.v2.json")).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn rewrite_on(mut d: Daemon, version: &str) {
     assert_eq!(
         unsafe { libc::geteuid() },
         0,
         "the live Docker test needs root (CI runs as root); {SETUP}"
     );
-    let mut d = Daemon::new();
     d.start();
     let mut c = d.client();
     let api = c.negotiate().unwrap();
     eprintln!("dockerd API {api}");
+    let reported =
+        String::from_utf8_lossy(&c.request("GET", "/version", None).unwrap().body).into_owned();
+    assert!(
+        reported.contains(&format!("\"Version\":\"{version}")),
+        "the dockerd under test is {version}: {reported}"
+    );
 
     // Image: imported from a tar built now from /bin/busybox.
     let image_id = import_busybox_image(&c, "docker.io/library/storetest", "1.0");
@@ -186,6 +240,7 @@ fn rewrite_on_a_real_dockerd_keeps_containers_running() {
     }
 
     // Rewrite through the library.
+    let configs_before = configs(&d.data_root());
     let bdir = d.path("backup");
     let mut b = Backup::create(&bdir, "docker", &d.data_root()).unwrap();
     let t0 = Instant::now();
@@ -196,6 +251,21 @@ fn rewrite_on_a_real_dockerd_keeps_containers_running() {
         t0.elapsed()
     );
     assert_eq!(out.changed.len(), 2);
+    // every field dockerd wrote, known to us or not, is kept byte for byte and in place
+    for (id, after) in configs(&d.data_root()) {
+        let before = &configs_before[&id];
+        let want = match (old_hash.get(&id), new_hash.get(&id)) {
+            (Some(o), Some(n)) => before.replace(
+                &format!("\"annotation.io.kubernetes.container.hash\":\"{o}\""),
+                &format!("\"annotation.io.kubernetes.container.hash\":\"{n}\""),
+            ),
+            _ => before.clone(),
+        };
+        assert_eq!(
+            after, want,
+            "Docker {version} {id}: config.v2.json is the old one with the hash replaced"
+        );
+    }
 
     // Start dockerd: the new hashes, same processes, still running.
     d.start();
