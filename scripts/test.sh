@@ -18,6 +18,7 @@ scripts/setup-containerd-module.sh
 # 1.36.3, built from the Go module proxy the same way (storepatch/tests/docker_live.rs,
 # cli/tests/crio_live.rs; cold 2-5 min each, cached by version)
 scripts/setup-docker-module.sh
+scripts/setup-runc-module.sh
 scripts/setup-crio-module.sh
 # CRI-O 1.30.14 built from third_party/ into .cache/crio (cli/tests/crio_live.rs)
 scripts/setup-crio.sh

@@ -64,12 +64,24 @@ fn rewrite_on_a_real_dockerd_28_5_keeps_containers_running() {
 /// Docker 29's engine as the proxy serves it: `github.com/moby/moby/v2@v2.0.0-beta.24`
 /// (`releases/versions.yaml`: 29.8), built by scripts/setup-docker-module.sh; no released 29.x
 /// tag is on the proxy (403).
+/// It asks runc for a time namespace, which Debian 12's runc 1.1.5 does not know: its default
+/// runtime is runc 1.4.3, built from the proxy (scripts/setup-runc-module.sh).
 #[test]
 fn rewrite_on_a_real_dockerd_29_beta_keeps_containers_running() {
-    rewrite_on(
-        Daemon::with_dockerd(module_dockerd("v2.0.0-beta.24")),
-        "2.0.0-beta.24",
+    let d = Daemon::with_dockerd(module_dockerd("v2.0.0-beta.24"));
+    let runc = testtools::containerd::workspace().join(".cache/runtimes/runc-1.4.3/usr/bin/runc");
+    assert!(
+        runc.is_file(),
+        "{} is missing: run scripts/setup-runc-module.sh (scripts/test.sh does)",
+        runc.display()
     );
+    fs::write(
+        d.path("daemon.json"),
+        json!({"runtimes": {"runc-1.4": {"path": runc}}, "default-runtime": "runc-1.4"})
+            .to_string(),
+    )
+    .unwrap();
+    rewrite_on(d, "2.0.0-beta.24");
 }
 
 /// `.cache/runtimes/docker-<version>/usr/bin/dockerd`, as scripts/setup-docker-module.sh builds it.
