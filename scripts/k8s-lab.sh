@@ -22,7 +22,7 @@
 # nearest served patch of the same minor is used and written to the build's BUILD-INFO.
 #
 # Runtimes: containerd (2.1.9 from scripts/setup-containerd.sh, or $LAB_CONTAINERD), CRI-O
-# 1.30.14 (scripts/setup-crio.sh), Docker 26.1.5 with the kubelet's own dockershim (kubelet
+# 1.30.14 (scripts/setup-crio.sh, or $LAB_CRIO), Docker 26.1.5 with the kubelet's own dockershim (kubelet
 # <= 1.23) or cri-dockerd 0.4.1 (scripts/setup-cri-dockerd.sh): which one the kubelet flags file
 # says, as on a kubeadm node (docs/lab.md).
 # Needs root. Everything `up` starts is its own: private paths under DIR, its own ports, a
@@ -411,11 +411,13 @@ EOF
 }
 
 # CRI-O (--runtime crio): CRI-O 1.30.14 built by scripts/setup-crio.sh (crio, pinns, copyimg),
-# Debian's conmon and runc; the node's own containers/storage under $dir/crio, no pause process
-# (drop_infra_ctr: pinns holds the namespaces), the lab's CNI bridge and images.
+# or another build's directory of those three as $LAB_CRIO (scripts/setup-crio-module.sh's
+# .cache/runtimes/crio-1.36.3/usr/bin), Debian's conmon and runc; the node's own
+# containers/storage under $dir/crio, no pause process (drop_infra_ctr: pinns holds the
+# namespaces), the lab's CNI bridge and images.
 crio_bin() {
-    local d="$here/.cache/crio/bin"
-    [ -x "$d/crio" ] || "$here/scripts/setup-crio.sh" >&2
+    local d="${LAB_CRIO:-$here/.cache/crio/bin}"
+    [ -x "$d/crio" ] || [ -n "${LAB_CRIO:-}" ] || "$here/scripts/setup-crio.sh" >&2
     [ -x "$d/crio" ] || die "no crio at $d"
     echo "$d"
 }

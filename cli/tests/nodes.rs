@@ -455,6 +455,13 @@ fn containerd_2_3_node_from_1_30_made_by_the_real_kubelet() {
     every_target_then_patch(small("containerd-2.3"));
 }
 
+/// A node the real kubelet 1.30 made on CRI-O 1.36.3 (built from the module), judged by the
+/// real kubelet 1.31 (scripts/make-node-fixture.sh crio:1.36.3).
+#[test]
+fn crio_1_36_node_from_1_30_made_by_the_real_kubelet() {
+    every_target_then_patch(small("crio-1.36"));
+}
+
 /// As containerd 2.4's, on containerd 2.2.9.
 #[test]
 fn containerd_2_2_node_from_1_30_made_by_the_real_kubelet() {
@@ -1004,6 +1011,7 @@ fn every_bundled_node_plans_1_37_and_1_38_and_backs_out_from_1_37() {
         "containerd-2.3",
         "containerd-2.4",
         "crio-1.30",
+        "crio-1.36",
     ] {
         let node = small(name);
         let plan_for = |v: &str, extra: &[&str]| -> (i32, Value) {

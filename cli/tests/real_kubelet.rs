@@ -1619,7 +1619,19 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
         hold,
         pair,
         runtime: match runtime {
-            "crio" => "CRI-O 1.30.14".to_string(),
+            "crio" => match std::env::var("LAB_CRIO") {
+                // a build's bin directory, .cache/runtimes/crio-<version>/usr/bin
+                Ok(d) => format!(
+                    "CRI-O {}",
+                    Path::new(&d)
+                        .ancestors()
+                        .nth(2)
+                        .and_then(|p| p.file_name())
+                        .map(|n| n.to_string_lossy().trim_start_matches("crio-").to_string())
+                        .unwrap_or(d.clone())
+                ),
+                Err(_) => "CRI-O 1.30.14".to_string(),
+            },
             "docker" => "Docker 26.1.5: dockershim → cri-dockerd 0.4.1".to_string(),
             // the lab's containerd: 2.1.9, or another line given as LAB_CONTAINERD (a
             // .cache/runtimes/containerd-<version> directory)

@@ -598,6 +598,12 @@ fn crash_sweep_crio_1_30_sampled() {
     sweep(small("crio-1.30"), 30, true, 2);
 }
 
+/// The node the real kubelet made on CRI-O 1.36.3 (18 config.json pairs): every point.
+#[test]
+fn crash_sweep_crio_1_36_every_point() {
+    sweep(small("crio-1.36"), u64::MAX, true, 2);
+}
+
 #[test]
 fn crash_sweep_large_containerd_1_7() {
     let mut s = Sweep::new(large("containerd-1.7-large"), None);

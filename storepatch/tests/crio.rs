@@ -1368,3 +1368,92 @@ fn disagreeing_runroot_copy_is_reported_and_never_rewritten() {
     let graph_now = String::from_utf8(fs::read(&graph_cfg).unwrap()).unwrap();
     assert!(graph_now.contains(&target), "graphroot copy at the target");
 }
+
+/// The node the real kubelet 1.30 made on CRI-O 1.36.3 (fixtures/nodes/crio-1.36,
+/// scripts/make-node-fixture.sh): a patch to 1.31 changes, in every file it writes, the hash
+/// values and nothing else, byte for byte (CRI-O 1.36's fields, known to us or not, stay in
+/// place), leaves every other file alone, and rolls back exactly.
+#[test]
+fn crio_1_36_patch_changes_only_the_hash_values() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes/crio-1.36");
+    let exp: Value = serde_json::from_slice(&fs::read(src.join("expected.json")).unwrap()).unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let node = t.path().join("node");
+    copy_tree(&src.join("var"), &node.join("var"));
+    copy_tree(&src.join("run"), &node.join("run"));
+    let before = snapshot(&node);
+    let store = CrioStore::with_options(
+        &node.join(GRAPH),
+        CrioOptions {
+            runroot: Some(node.join(RUN)),
+            ..CrioOptions::default()
+        },
+    )
+    .unwrap();
+    let scan = store.scan().unwrap();
+    let old: BTreeMap<String, String> = scan
+        .records
+        .iter()
+        .filter_map(|r| Some((r.id.clone(), r.hash.as_ref()?.to_string())))
+        .collect();
+    let rewrites: Vec<Rewrite> = exp["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "container")
+        .map(|c| Rewrite {
+            id: c["id"].as_str().unwrap().to_string(),
+            hash: c["targets"]["1.31"]["hash"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap(),
+            hash_without_resources: None,
+        })
+        .collect();
+    assert_eq!(rewrites.len(), 10, "the node's containers");
+    let (bdir, mut b) = new_backup(t.path(), "backup", &store);
+    let out = store.apply(&rewrites, &mut b).unwrap();
+    assert_eq!(out.changed.len(), rewrites.len());
+    let after = snapshot(&node);
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "no file added or removed"
+    );
+    let mut written = 0;
+    for (rel, (mode, bytes)) in &before {
+        let (mode_after, now) = &after[rel];
+        assert_eq!(mode, mode_after, "{}: mode kept", rel.display());
+        let Some(rw) = rewrites
+            .iter()
+            .find(|rw| rel.to_string_lossy().contains(&rw.id))
+            // the tool writes config.json only (runc and CRI-O regenerate their state.json:
+            // the module docs)
+            .filter(|_| rel.ends_with("userdata/config.json"))
+        else {
+            assert_eq!(
+                bytes,
+                now,
+                "{}: a file the patch does not write",
+                rel.display()
+            );
+            continue;
+        };
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        let want = text.replace(&old[&rw.id], &rw.hash.to_string());
+        if want.as_bytes() != bytes.as_slice() {
+            written += 1;
+        }
+        assert_eq!(
+            String::from_utf8(now.clone()).unwrap(),
+            want,
+            "{}: the old bytes with the hash values replaced",
+            rel.display()
+        );
+    }
+    // each container's config.json in the graphroot and in the runroot
+    assert_eq!(written, 2 * rewrites.len(), "files written");
+    backup::rollback(&bdir, false).unwrap();
+    assert_unchanged(&before, &node, "after rollback");
+}

@@ -1,11 +1,13 @@
 //! `REAL_KUBELET_NODE_FIXTURE=DIR`: the lab's node kept as a fixture of `fixtures/nodes`
 //! (scripts/make-node-fixture.sh), every byte and every hash from the real programs:
 //! - the runtime's store as the old kubelet's runtime left it when stopped (containerd's
-//!   `meta.db` and the CRI plugin's status files), `pods.json` as the API server served it and
+//!   `meta.db` and the CRI plugin's status files; CRI-O's `config.json`/`state.json` in the
+//!   graphroot and runroot, runc's state, its version file and clean-shutdown marker),
+//!   `pods.json` as the API server served it and
 //!   `runtime-before.json` as the runtime answered through the CRI;
 //! - `expected.json`: the stored hashes are the old real kubelet's; each target hash is what the
 //!   real new kubelet stored when it created the same container of the same pod again (every
-//!   sandbox is killed after the control so that it recreates every container, exited init
+//!   sandbox is stopped after the control so that it recreates every container, exited init
 //!   containers and sidecars too, whose hashes a restart alone would never show); whether the
 //!   new kubelet restarts a container without a rewrite is what it did in the control.
 //!
@@ -32,15 +34,46 @@ pub struct Captured {
     states: BTreeMap<String, String>,
 }
 
-/// The destination, when asked for (containerd labs only: the other runtimes' fixtures were
-/// made before the lab existed and keep their own recipes).
+/// The destination, when asked for (containerd and CRI-O labs: a Docker lab's kubelet is a
+/// dockershim one, whose store the first Docker node's recipe describes).
 pub fn wanted(runtime: &str) -> Option<PathBuf> {
     let dir = PathBuf::from(std::env::var_os("REAL_KUBELET_NODE_FIXTURE")?);
-    assert_eq!(
-        runtime, "containerd",
-        "REAL_KUBELET_NODE_FIXTURE captures containerd nodes only"
+    assert!(
+        runtime == "containerd" || runtime == "crio",
+        "REAL_KUBELET_NODE_FIXTURE captures containerd and CRI-O nodes"
     );
     Some(dir)
+}
+
+/// Copies `from/<rel>` to `to/<rel>` for every file that `rel` (with `*` for one path
+/// element) names; returns how many.
+fn copy_matching(from: &Path, to: &Path, rel: &str) -> usize {
+    let mut found = vec![PathBuf::new()];
+    for part in rel.split('/') {
+        let mut next = Vec::new();
+        for base in &found {
+            if part == "*" {
+                let Ok(entries) = std::fs::read_dir(from.join(base)) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    next.push(base.join(e.file_name()));
+                }
+            } else {
+                next.push(base.join(part));
+            }
+        }
+        found = next;
+    }
+    let mut n = 0;
+    for f in found {
+        if from.join(&f).is_file() {
+            std::fs::create_dir_all(to.join(&f).parent().unwrap()).unwrap();
+            std::fs::copy(from.join(&f), to.join(&f)).unwrap();
+            n += 1;
+        }
+    }
+    n
 }
 
 fn list(lab: &Lab) -> Vec<v1::Container> {
@@ -129,17 +162,38 @@ pub fn capture(lab: &Lab, dir: &Path, from: &str, from_v: &str) -> Captured {
         "stop-runtime",
     );
     let root = Path::new(lab.var("RUNTIME_ROOT"));
-    let store = dir.join("var/lib/containerd");
-    let db = "io.containerd.metadata.v1.bolt/meta.db";
-    std::fs::create_dir_all(store.join(db).parent().unwrap()).unwrap();
-    std::fs::copy(root.join(db), store.join(db)).unwrap();
-    let cri = "io.containerd.grpc.v1.cri/containers";
-    for c in &containers {
-        let status = root.join(cri).join(&c.id).join("status");
-        if status.is_file() {
-            let to = store.join(cri).join(&c.id);
-            std::fs::create_dir_all(&to).unwrap();
-            std::fs::copy(&status, to.join("status")).unwrap();
+    if lab.var("RUNTIME") == "crio" {
+        // the lab lays CRI-O out as a node's own / under one directory: the graphroot is
+        // <node>/var/lib/containers/storage
+        let node = root.ancestors().nth(4).unwrap();
+        let mut copied = 0;
+        for rel in [
+            "var/lib/containers/storage/overlay-containers/volatile-containers.json",
+            "var/lib/containers/storage/overlay-containers/containers.json",
+            "var/lib/containers/storage/overlay-containers/*/userdata/config.json",
+            "var/lib/containers/storage/overlay-containers/*/userdata/state.json",
+            "run/containers/storage/overlay-containers/*/userdata/config.json",
+            "run/runc/*/state.json",
+            "var/lib/crio/clean.shutdown",
+            "var/lib/crio/clean.shutdown.supported",
+            "var/run/crio/version",
+        ] {
+            copied += copy_matching(node, dir, rel);
+        }
+        assert!(copied > containers.len(), "CRI-O's store: {copied} files");
+    } else {
+        let store = dir.join("var/lib/containerd");
+        let db = "io.containerd.metadata.v1.bolt/meta.db";
+        std::fs::create_dir_all(store.join(db).parent().unwrap()).unwrap();
+        std::fs::copy(root.join(db), store.join(db)).unwrap();
+        let cri = "io.containerd.grpc.v1.cri/containers";
+        for c in &containers {
+            let status = root.join(cri).join(&c.id).join("status");
+            if status.is_file() {
+                let to = store.join(cri).join(&c.id);
+                std::fs::create_dir_all(&to).unwrap();
+                std::fs::copy(&status, to.join("status")).unwrap();
+            }
         }
     }
     sh(
@@ -196,8 +250,8 @@ fn key(c: &v1::Container) -> String {
     )
 }
 
-/// Kills every sandbox's pause processes, so the running new kubelet creates every container of
-/// every pod again, and returns the new containers by `ns/pod/container`.
+/// Stops every sandbox, so the running new kubelet creates every container of every pod again,
+/// and returns the new containers by `ns/pod/container`.
 fn recreated_by_new_kubelet(
     lab: &Lab,
     to_v: &str,
@@ -206,23 +260,12 @@ fn recreated_by_new_kubelet(
     let old = list(lab);
     let old_ids: BTreeSet<String> = old.iter().map(|c| c.id.clone()).collect();
     let sandboxes: BTreeSet<String> = old.iter().map(|c| c.pod_sandbox_id.clone()).collect();
-    let mut killed = 0;
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let p = e.path();
-        let Ok(cgroup) = std::fs::read_to_string(p.join("cgroup")) else {
-            continue;
-        };
-        // the sandbox's cgroup holds only its pause process (the lab's pause is a shell and
-        // its sleep)
-        if sandboxes.iter().any(|s| cgroup.contains(s.as_str())) {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            killed += 1;
-        }
+    // a sandbox stopped under the kubelet, as if its pause process had died (a CRI-O sandbox
+    // has no process to kill: drop_infra_ctr)
+    let cri = lab.cri();
+    for sandbox in &sandboxes {
+        testtools::cri::CriTestCalls::stop_pod_sandbox(&cri, sandbox).unwrap();
     }
-    assert!(killed > 0, "no sandbox's pause process found to kill");
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         std::thread::sleep(Duration::from_secs(3));
@@ -356,7 +399,7 @@ pub fn finish(cap: Captured, lab: &Lab, to: &str, to_v: &str, restarted: &BTreeS
         }},
         "field_notes": {
             "stored_hash": "io.kubernetes.container.hash as the old real kubelet stored it (CRI annotations)",
-            "targets.<v>.hash": "what the real kubelet <v> stored when it created the same container of the same pod again (every sandbox killed after the control)",
+            "targets.<v>.hash": "what the real kubelet <v> stored when it created the same container of the same pod again (every sandbox stopped after the control)",
             "targets.<v>.kubelet_would_restart": "the real kubelet <v>, swapped in without a rewrite, restarted this container",
         },
         "containers": rows,
