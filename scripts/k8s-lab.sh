@@ -22,7 +22,7 @@
 # nearest served patch of the same minor is used and written to the build's BUILD-INFO.
 #
 # Runtimes: containerd (2.1.9 from scripts/setup-containerd.sh, or $LAB_CONTAINERD), CRI-O
-# 1.30.14 (scripts/setup-crio.sh, or $LAB_CRIO), Docker 26.1.5 with the kubelet's own dockershim (kubelet
+# 1.30.14 (scripts/setup-crio.sh, or $LAB_CRIO), Docker 26.1.5 (or $LAB_DOCKER) with the kubelet's own dockershim (kubelet
 # <= 1.23) or cri-dockerd 0.4.1 (scripts/setup-cri-dockerd.sh): which one the kubelet flags file
 # says, as on a kubeadm node (docs/lab.md).
 # Needs root. Everything `up` starts is its own: private paths under DIR, its own ports, a
@@ -456,7 +456,9 @@ crio_import() { # tar name
 # $dir/docker/dockershim.sock (a node's /var/run/dockershim.sock), cri-dockerd on
 # $dir/docker/cri-dockerd.sock (/var/run/cri-dockerd.sock): the flags file names the one in use.
 docker_dir() {
-    local d="$here/.cache/runtimes/docker-26.1.5"
+    # $LAB_DOCKER: another Docker's tree with usr/sbin/dockerd (scripts/setup-docker-module.sh's
+    # .cache/runtimes/docker-28.5.2); its dockerd runs with the same flags and Debian's containerd
+    local d="${LAB_DOCKER:-$here/.cache/runtimes/docker-26.1.5}"
     if [ ! -x "$d/usr/sbin/dockerd" ] || [ ! -x "$here/.cache/cri-dockerd/bin/cri-dockerd" ]; then
         "$here/scripts/setup-docker.sh" >&2
         "$here/scripts/setup-cri-dockerd.sh" >&2

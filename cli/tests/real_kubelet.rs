@@ -1632,7 +1632,19 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
                 ),
                 Err(_) => "CRI-O 1.30.14".to_string(),
             },
-            "docker" => "Docker 26.1.5: dockershim → cri-dockerd 0.4.1".to_string(),
+            "docker" => format!(
+                "Docker {}: dockershim → cri-dockerd 0.4.1",
+                std::env::var("LAB_DOCKER")
+                    .ok()
+                    .and_then(|d| {
+                        Path::new(&d).file_name().map(|n| {
+                            n.to_string_lossy()
+                                .trim_start_matches("docker-")
+                                .to_string()
+                        })
+                    })
+                    .unwrap_or_else(|| "26.1.5".to_string())
+            ),
             // the lab's containerd: 2.1.9, or another line given as LAB_CONTAINERD (a
             // .cache/runtimes/containerd-<version> directory)
             _ => match std::env::var("LAB_CONTAINERD") {
