@@ -462,6 +462,19 @@ fn crio_1_36_node_from_1_30_made_by_the_real_kubelet() {
     every_target_then_patch(small("crio-1.36"));
 }
 
+/// The real kubelet's pods of the containerd 2.4 node on Docker 28.5.2 (built from the module),
+/// in cri-dockerd's shape (scripts/make-docker-node-fixture.sh): the store Docker 28.5 writes.
+#[test]
+fn docker_28_5_node_from_1_30() {
+    every_target_then_patch(small("docker-28.5"));
+}
+
+/// As Docker 28.5's, on Docker 29's engine (moby/moby/v2 v2.0.0-beta.24, the 29.8 line).
+#[test]
+fn docker_29_engine_node_from_1_30() {
+    every_target_then_patch(small("docker-29.8-beta.24"));
+}
+
 /// As containerd 2.4's, on containerd 2.2.9.
 #[test]
 fn containerd_2_2_node_from_1_30_made_by_the_real_kubelet() {
@@ -1012,6 +1025,7 @@ fn every_bundled_node_plans_1_37_and_1_38_and_backs_out_from_1_37() {
         "containerd-2.4",
         "crio-1.30",
         "crio-1.36",
+        "docker-28.5",
     ] {
         let node = small(name);
         let plan_for = |v: &str, extra: &[&str]| -> (i32, Value) {

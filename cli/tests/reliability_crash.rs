@@ -573,6 +573,12 @@ fn crash_sweep_docker_20_10_every_point() {
     sweep(small("docker-20.10"), u64::MAX, true, 4);
 }
 
+/// Docker 28.5.2's store (the real kubelet's pods in cri-dockerd's shape): every point.
+#[test]
+fn crash_sweep_docker_28_5_every_point() {
+    sweep(small("docker-28.5"), u64::MAX, true, 3);
+}
+
 #[test]
 fn crash_sweep_containerd_1_6_every_point() {
     sweep(small("containerd-1.6"), u64::MAX, true, 3);
