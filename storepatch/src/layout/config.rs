@@ -444,6 +444,20 @@ mod tests {
         }
     }
 
+    /// Docker 29 turns the containerd image store on for fresh installs through `features`
+    /// (`containerd-snapshotter`); the containers stay in `<data-root>/containers`, so the
+    /// file is read as any other: data-root, hosts, pidfile.
+    #[test]
+    fn docker_29_daemon_json_with_the_containerd_image_store() {
+        let c = parse_daemon_json(
+            f(),
+            br#"{"features": {"containerd-snapshotter": true}, "data-root": "/srv/docker", "live-restore": true, "min-api-version": "1.24", "hosts": ["unix:///run/docker.sock"]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.data_root.as_deref(), Some(Path::new("/srv/docker")));
+        assert_eq!(c.socket.as_deref(), Some(Path::new("/run/docker.sock")));
+    }
+
     #[test]
     fn containerd_format_4_reads_the_grpc_server_plugin() {
         let v4 = parse_containerd_toml(
