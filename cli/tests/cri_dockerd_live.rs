@@ -90,7 +90,11 @@ const FROM: &str = "1.23";
 
 impl Scenario {
     fn new(tag: &str) -> Scenario {
-        let mut node = cd::Node::new();
+        Scenario::on(cd::Node::new(), tag)
+    }
+
+    /// On a node of another dockerd.
+    fn on(mut node: cd::Node, tag: &str) -> Scenario {
         let cri = node.start();
         let mut pods = vec![
             Pod {
@@ -425,10 +429,26 @@ fn cri_dockerd_runs_kubelet_1_23_pods() {
 /// refuse it), and `rollback` restores the Docker files and removes the copies.
 #[test]
 fn cri_dockerd_switch_keeps_every_container_and_sandbox() {
+    switch_keeps_every_container_and_sandbox(&[("s24", "1.24"), ("s31", "1.31")], &|| {
+        cd::Node::new()
+    });
+}
+
+/// The same on Docker 28.5.2, built from the Go module proxy (scripts/setup-docker-module.sh).
+#[test]
+fn cri_dockerd_switch_on_docker_28_5_keeps_every_container_and_sandbox() {
+    let dockerd =
+        testtools::containerd::workspace().join(".cache/runtimes/docker-28.5.2/usr/bin/dockerd");
+    switch_keeps_every_container_and_sandbox(&[("t31", "1.31")], &|| {
+        cd::Node::with_dockerd(dockerd.clone())
+    });
+}
+
+fn switch_keeps_every_container_and_sandbox(cases: &[(&str, &str)], node: &dyn Fn() -> cd::Node) {
     root_or_fail();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for (tag, to) in [("s24", "1.24"), ("s31", "1.31")] {
-        let mut sc = Scenario::new(tag);
+    for &(tag, to) in cases {
+        let mut sc = Scenario::on(node(), tag);
         let pids = sc.pids();
         sc.leave_as_kubelet_1_23_and_stop();
         for (id, (pid, start)) in &pids {

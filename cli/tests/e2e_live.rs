@@ -909,6 +909,36 @@ fn e2e_containerd_2_1_9_from_1_30_to_1_34() {
     );
 }
 
+/// containerd 2.3.7 (the first LTS) and 2.4.2, built from the Go module proxy
+/// (scripts/setup-containerd-module.sh).
+#[test]
+fn e2e_containerd_2_3_7_from_1_30_to_1_31() {
+    containerd_line(
+        ctd::Line {
+            version: "2.3.7",
+            config_v3: true,
+        },
+        "a23",
+        "1.30",
+        "1.31",
+        false,
+    );
+}
+
+#[test]
+fn e2e_containerd_2_4_2_from_1_30_to_1_37() {
+    containerd_line(
+        ctd::Line {
+            version: "2.4.2",
+            config_v3: true,
+        },
+        "a24",
+        "1.30",
+        "1.37",
+        false,
+    );
+}
+
 /// To 1.23, the newest kubelet that talks to Docker itself: from 1.24 the kubelet reaches
 /// Docker through cri-dockerd, whose 0.4 needs Docker 23+ (this is Debian 12's 20.10);
 /// `cri_dockerd_live.rs` runs 1.23 → 1.24 and → 1.31 on Docker 26 through a real cri-dockerd.

@@ -97,6 +97,12 @@ impl Node {
     /// not started yet. Panics (with [`SETUP`]) when something is missing or not root.
     #[allow(clippy::new_without_default)] // starts a daemon: not a default value
     pub fn new() -> Node {
+        Node::with_dockerd(dockerd())
+    }
+
+    /// [`Node::new`] with another dockerd binary (Docker 28.5.2 built by
+    /// scripts/setup-docker-module.sh).
+    pub fn with_dockerd(dockerd: PathBuf) -> Node {
         assert!(
             unsafe { libc::geteuid() } == 0,
             "the cri-dockerd test needs root (dockerd, network namespaces, CNI)"
@@ -107,15 +113,15 @@ impl Node {
             binary().display()
         );
         assert!(
-            dockerd().is_file(),
+            dockerd.is_file(),
             "{} is missing; {SETUP}",
-            dockerd().display()
+            dockerd.display()
         );
         for b in ["bridge", "host-local", "loopback"] {
             let p = cni_bin_dir().join(b);
             assert!(p.is_file(), "{} is missing; {SETUP}", p.display());
         }
-        let mut docker = Daemon::with_dockerd(dockerd());
+        let mut docker = Daemon::with_dockerd(dockerd);
         if !has_cap_sys_resource() {
             let wrapper = write_runc_wrapper(docker.dir.path());
             let conf = serde_json::json!({
