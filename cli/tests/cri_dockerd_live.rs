@@ -444,6 +444,18 @@ fn cri_dockerd_switch_on_docker_28_5_keeps_every_container_and_sandbox() {
     });
 }
 
+/// And on Docker 29's engine (moby/moby/v2 v2.0.0-beta.24) with runc 1.4.3 (both built from the
+/// Go module proxy): cri-dockerd 0.4.1 in front of it.
+#[test]
+fn cri_dockerd_switch_on_docker_29_engine_keeps_every_container_and_sandbox() {
+    let ws = testtools::containerd::workspace();
+    let dockerd = ws.join(".cache/runtimes/docker-v2.0.0-beta.24/usr/bin/dockerd");
+    let runc = ws.join(".cache/runtimes/runc-1.4.3/usr/bin/runc");
+    switch_keeps_every_container_and_sandbox(&[("u31", "1.31")], &|| {
+        cd::Node::with_docker(dockerd.clone(), Some(runc.clone()))
+    });
+}
+
 fn switch_keeps_every_container_and_sandbox(cases: &[(&str, &str)], node: &dyn Fn() -> cd::Node) {
     root_or_fail();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -103,6 +103,12 @@ impl Node {
     /// [`Node::new`] with another dockerd binary (Docker 28.5.2 built by
     /// scripts/setup-docker-module.sh).
     pub fn with_dockerd(dockerd: PathBuf) -> Node {
+        Node::with_docker(dockerd, None)
+    }
+
+    /// [`Node::with_dockerd`] whose containers run with `runc` instead of the system's (Docker
+    /// 29's engine asks for a time namespace, which runc learned in 1.2).
+    pub fn with_docker(dockerd: PathBuf, runc: Option<PathBuf>) -> Node {
         assert!(
             unsafe { libc::geteuid() } == 0,
             "the cri-dockerd test needs root (dockerd, network namespaces, CNI)"
@@ -122,10 +128,14 @@ impl Node {
             assert!(p.is_file(), "{} is missing; {SETUP}", p.display());
         }
         let mut docker = Daemon::with_dockerd(dockerd);
-        if !has_cap_sys_resource() {
-            let wrapper = write_runc_wrapper(docker.dir.path());
+        let runtime = if !has_cap_sys_resource() {
+            Some(write_runc_wrapper(docker.dir.path(), runc.as_deref()))
+        } else {
+            runc
+        };
+        if let Some(runtime) = runtime {
             let conf = serde_json::json!({
-                "runtimes": {"rehash-runc": {"path": wrapper.display().to_string()}},
+                "runtimes": {"rehash-runc": {"path": runtime.display().to_string()}},
                 "default-runtime": "rehash-runc",
             });
             fs::write(docker.path("daemon.json"), conf.to_string()).unwrap();
@@ -391,13 +401,16 @@ fn has_cap_sys_resource() -> bool {
 /// missing, dockerd runs this wrapper as its default runtime: it raises a negative
 /// `oomScoreAdj` in the bundle's config.json to 0 and runs the real runc. Nothing the tests
 /// check (labels, hashes, checkpoints, pids, addresses) depends on the OOM score.
-fn write_runc_wrapper(dir: &std::path::Path) -> PathBuf {
-    let runc = ["/usr/sbin/runc", "/usr/bin/runc"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).is_file())
-        .unwrap_or_else(|| panic!("runc not found; {SETUP}"));
+fn write_runc_wrapper(dir: &std::path::Path, runc: Option<&std::path::Path>) -> PathBuf {
+    let runc = runc.map(|r| r.display().to_string()).unwrap_or_else(|| {
+        ["/usr/sbin/runc", "/usr/bin/runc"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).is_file())
+            .unwrap_or_else(|| panic!("runc not found; {SETUP}"))
+            .to_string()
+    });
     let path = dir.join("runc-no-negative-oom");
-    let script = include_str!("../data/runc-no-negative-oom.sh.in").replace("@RUNC@", runc);
+    let script = include_str!("../data/runc-no-negative-oom.sh.in").replace("@RUNC@", &runc);
     fs::write(&path, script).unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
