@@ -15,6 +15,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=go-module.sh
+. "$here/scripts/go-module.sh"
 cache="${KUBELET_REHASH_CACHE:-/var/cache/kubelet-rehash}/containerd"
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(2.2.9 2.3.7 2.4.2)
@@ -58,7 +60,6 @@ for v in "${versions[@]}"; do
         echo "github.com/containerd/containerd/v2 v$v from the Go module proxy, built $(date -u +%FT%TZ) with $(cd "$work" && GOTOOLCHAIN=auto go env GOVERSION) in $((SECONDS - t0)) s" > "$out/BUILD-INFO"
         log "$v: built in $((SECONDS - t0)) s"
     fi
-    mkdir -p "$here/.cache/runtimes"
-    ln -sfn "$out" "$here/.cache/runtimes/containerd-$v"
+    link_runtime "$out" "containerd-$v"
     log "$v: $("$out/usr/bin/containerd" --version) in $out"
 done

@@ -28,6 +28,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=go-module.sh
+. "$here/scripts/go-module.sh"
 root="${KUBELET_REHASH_CACHE:-/var/cache/kubelet-rehash}"
 cache="$root/crio"
 tags="containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper"
@@ -63,9 +65,7 @@ for v in "${versions[@]}"; do
         t0=$SECONDS
         mod="github.com/cri-o/cri-o@v$v"
         log "$v: downloading $mod"
-        dir="$(cd "$work" && GOTOOLCHAIN=auto go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-        [ -n "$dir" ] && [ -f "$dir/go.mod" ] || { log "$v: go mod download $mod gave no source"; exit 1; }
-        cp -r "$dir" "$work/src" && chmod -R u+w "$work/src"
+        go_module_source "$mod" "$work" || { log "$v: go mod download $mod gave no source"; exit 1; }
         pkg=github.com/cri-o/cri-o/internal/version
         ldflags="-s -w -X $pkg.buildDate=$(date -u +%FT%TZ)"
         log "$v: building crio, copyimg ($(cd "$work/src" && GOTOOLCHAIN=auto go env GOVERSION))"
@@ -86,7 +86,6 @@ for v in "${versions[@]}"; do
         rm -rf "$work/src"
         log "$v: built in $((SECONDS - t0)) s"
     fi
-    mkdir -p "$here/.cache/runtimes"
-    ln -sfn "$out" "$here/.cache/runtimes/crio-$v"
+    link_runtime "$out" "crio-$v"
     log "$v: $("$out/usr/bin/crio" --version | head -1) in $out"
 done

@@ -25,6 +25,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=go-module.sh
+. "$here/scripts/go-module.sh"
 root="${KUBELET_REHASH_CACHE:-/var/cache/kubelet-rehash}"
 cache="$root/docker"
 versions=("$@")
@@ -54,9 +56,7 @@ for v in "${versions[@]}"; do
             *) mod="github.com/docker/docker@v$v+incompatible"; pkg=github.com/docker/docker/dockerversion ;;
         esac
         log "$v: downloading $mod"
-        dir="$(cd "$work" && GOTOOLCHAIN=auto go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-        [ -n "$dir" ] && { [ -f "$dir/vendor.mod" ] || [ -f "$dir/go.mod" ]; } || { log "$v: go mod download $mod gave no source"; exit 1; }
-        cp -r "$dir" "$work/src" && chmod -R u+w "$work/src"
+        go_module_source "$mod" "$work" || { log "$v: go mod download $mod gave no source"; exit 1; }
         rm -rf "$work/src/vendor"
         if [ -f "$work/src/vendor.mod" ]; then
             cp "$work/src/vendor.mod" "$work/src/go.mod" && cp "$work/src/vendor.sum" "$work/src/go.sum"
@@ -73,7 +73,6 @@ for v in "${versions[@]}"; do
         rm -rf "$work/src"
         log "$v: built in $((SECONDS - t0)) s"
     fi
-    mkdir -p "$here/.cache/runtimes"
-    ln -sfn "$out" "$here/.cache/runtimes/docker-$v"
+    link_runtime "$out" "docker-$v"
     log "$v: $("$out/usr/bin/dockerd" --version) in $out"
 done

@@ -16,6 +16,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=go-module.sh
+. "$here/scripts/go-module.sh"
 root="${KUBELET_REHASH_CACHE:-/var/cache/kubelet-rehash}"
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(1.4.3)
@@ -37,9 +39,7 @@ for v in "${versions[@]}"; do
         t0=$SECONDS
         mod="github.com/opencontainers/runc@v$v"
         log "$v: downloading $mod"
-        dir="$(cd "$work" && GOTOOLCHAIN=auto go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-        [ -n "$dir" ] && [ -f "$dir/go.mod" ] || { log "$v: go mod download $mod gave no source"; exit 1; }
-        cp -r "$dir" "$work/src" && chmod -R u+w "$work/src"
+        go_module_source "$mod" "$work" || { log "$v: go mod download $mod gave no source"; exit 1; }
         (cd "$work/src" && CGO_ENABLED=1 GOTOOLCHAIN=auto go build -trimpath -buildmode=pie -tags seccomp \
             -ldflags "-X main.version=$v -X main.gitCommit=module-proxy" -o "$out/usr/bin/runc" .) \
             > "$work/build.log" 2>&1 || { tail -30 "$work/build.log" >&2; log "$v: build failed ($work/build.log)"; exit 1; }
@@ -48,7 +48,6 @@ for v in "${versions[@]}"; do
         rm -rf "$work"
         log "$v: built in $((SECONDS - t0)) s"
     fi
-    mkdir -p "$here/.cache/runtimes"
-    ln -sfn "$out" "$here/.cache/runtimes/runc-$v"
+    link_runtime "$out" "runc-$v"
     log "$v: $("$out/usr/bin/runc" --version | head -1) in $out"
 done

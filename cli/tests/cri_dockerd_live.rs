@@ -437,8 +437,7 @@ fn cri_dockerd_switch_keeps_every_container_and_sandbox() {
 /// The same on Docker 28.5.2, built from the Go module proxy (scripts/setup-docker-module.sh).
 #[test]
 fn cri_dockerd_switch_on_docker_28_5_keeps_every_container_and_sandbox() {
-    let dockerd =
-        testtools::containerd::workspace().join(".cache/runtimes/docker-28.5.2/usr/bin/dockerd");
+    let dockerd = testtools::docker::module_dockerd("28.5.2");
     switch_keeps_every_container_and_sandbox(&[("t31", "1.31")], &|| {
         cd::Node::with_dockerd(dockerd.clone())
     });
@@ -448,9 +447,8 @@ fn cri_dockerd_switch_on_docker_28_5_keeps_every_container_and_sandbox() {
 /// Go module proxy): cri-dockerd 0.4.1 in front of it.
 #[test]
 fn cri_dockerd_switch_on_docker_29_engine_keeps_every_container_and_sandbox() {
-    let ws = testtools::containerd::workspace();
-    let dockerd = ws.join(".cache/runtimes/docker-v2.0.0-beta.24/usr/bin/dockerd");
-    let runc = ws.join(".cache/runtimes/runc-1.4.3/usr/bin/runc");
+    let dockerd = testtools::docker::module_dockerd("v2.0.0-beta.24");
+    let runc = testtools::docker::module_runc("1.4.3");
     switch_keeps_every_container_and_sandbox(&[("u31", "1.31")], &|| {
         cd::Node::with_docker(dockerd.clone(), Some(runc.clone()))
     });

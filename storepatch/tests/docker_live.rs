@@ -69,31 +69,8 @@ fn rewrite_on_a_real_dockerd_28_5_keeps_containers_running() {
 #[test]
 fn rewrite_on_a_real_dockerd_29_beta_keeps_containers_running() {
     let d = Daemon::with_dockerd(module_dockerd("v2.0.0-beta.24"));
-    let runc = testtools::containerd::workspace().join(".cache/runtimes/runc-1.4.3/usr/bin/runc");
-    assert!(
-        runc.is_file(),
-        "{} is missing: run scripts/setup-runc-module.sh (scripts/test.sh does)",
-        runc.display()
-    );
-    fs::write(
-        d.path("daemon.json"),
-        json!({"runtimes": {"runc-1.4": {"path": runc}}, "default-runtime": "runc-1.4"})
-            .to_string(),
-    )
-    .unwrap();
+    d.use_runc(&module_runc("1.4.3"));
     rewrite_on(d, "2.0.0-beta.24");
-}
-
-/// `.cache/runtimes/docker-<version>/usr/bin/dockerd`, as scripts/setup-docker-module.sh builds it.
-fn module_dockerd(version: &str) -> std::path::PathBuf {
-    let p = testtools::containerd::workspace()
-        .join(format!(".cache/runtimes/docker-{version}/usr/bin/dockerd"));
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/setup-docker-module.sh {version} (scripts/test.sh does)",
-        p.display()
-    );
-    p
 }
 
 /// Every `config.v2.json` of the store, by container id.

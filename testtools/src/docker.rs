@@ -78,6 +78,16 @@ impl Daemon {
             container_pids: Vec::new(),
         }
     }
+    /// Makes `runc` dockerd's default runtime (its daemon.json; before the first start).
+    pub fn use_runc(&self, runc: &Path) {
+        fs::write(
+            self.path("daemon.json"),
+            serde_json::json!({"runtimes": {"runc-new": {"path": runc}}, "default-runtime": "runc-new"})
+                .to_string(),
+        )
+        .unwrap();
+    }
+
     /// `p` under the daemon's directory.
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
@@ -394,4 +404,36 @@ pub fn import_busybox_image(c: &DockerClient, repo: &str, tag: &str) -> String {
         .call("GET", &format!("/images/{repo}:{tag}/json"), None)
         .unwrap();
     img["Id"].as_str().unwrap().to_string()
+}
+
+/// The dockerd of a Docker built by scripts/setup-docker-module.sh:
+/// `.cache/runtimes/docker-<version>/usr/bin/dockerd` (panics naming the script when missing).
+pub fn module_dockerd(version: &str) -> PathBuf {
+    module_binary(
+        &format!("docker-{version}"),
+        "dockerd",
+        "setup-docker-module.sh",
+        version,
+    )
+}
+
+/// The runc built by scripts/setup-runc-module.sh: `.cache/runtimes/runc-<version>/usr/bin/runc`
+/// (Docker 29's engine needs runc >= 1.2 for its time namespace).
+pub fn module_runc(version: &str) -> PathBuf {
+    module_binary(
+        &format!("runc-{version}"),
+        "runc",
+        "setup-runc-module.sh",
+        version,
+    )
+}
+
+fn module_binary(dir: &str, bin: &str, script: &str, version: &str) -> PathBuf {
+    let p = crate::containerd::workspace().join(format!(".cache/runtimes/{dir}/usr/bin/{bin}"));
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/{script} {version} (scripts/test.sh does)",
+        p.display()
+    );
+    p
 }

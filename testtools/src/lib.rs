@@ -23,6 +23,17 @@ pub mod node_tree;
 pub mod rng;
 pub use rng::Rng;
 
+/// `v` as the fixtures of `fixtures/nodes` keep JSON: 4-space indent, a final newline (keys
+/// sorted, as serde_json's map is).
+pub fn fixture_json(v: &serde_json::Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    serde::Serialize::serialize(v, &mut ser).unwrap();
+    out.push(b'\n');
+    out
+}
+
 /// The bytes of a gzip-compressed fixture (`gzip -dc`; the large bundled stores are kept
 /// compressed).
 pub fn gunzip(p: &std::path::Path) -> Vec<u8> {

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use storepatch::live::cri::v1;
+use testtools::fixture_json;
 
 const HASH: &str = "io.kubernetes.container.hash";
 const HASH_WITHOUT_RESOURCES: &str = "io.kubernetes.container.hashWithoutResources";
@@ -93,15 +94,6 @@ fn sorted(m: &std::collections::HashMap<String, String>) -> BTreeMap<&String, &S
     m.iter().collect()
 }
 
-fn pretty(v: &Value) -> Vec<u8> {
-    let mut out = Vec::new();
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-    serde::Serialize::serialize(v, &mut ser).unwrap();
-    out.push(b'\n');
-    out
-}
-
 /// With the old kubelet settled: stops it, records what the runtime answers, stops the
 /// runtime (its containers keep running), copies the store, and starts both again.
 pub fn capture(lab: &Lab, dir: &Path, from: &str, from_v: &str) -> Captured {
@@ -112,7 +104,7 @@ pub fn capture(lab: &Lab, dir: &Path, from: &str, from_v: &str) -> Captured {
         "stop-kubelet",
     );
     let pods = lab.pods_of_node();
-    std::fs::write(dir.join("pods.json"), pretty(&pods)).unwrap();
+    std::fs::write(dir.join("pods.json"), fixture_json(&pods)).unwrap();
     let version = lab.cri().version().unwrap();
     let version = json!({
         "runtime_name": version.runtime_name,
@@ -120,20 +112,13 @@ pub fn capture(lab: &Lab, dir: &Path, from: &str, from_v: &str) -> Captured {
         "runtime_api_version": version.runtime_api_version,
     });
     let containers = list(lab);
-    let states: BTreeMap<String, String> = lab
-        .cri()
-        .list_containers()
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.id, c.state))
+    let listed = lab.cri().list_containers().unwrap();
+    let states: BTreeMap<String, String> = listed
+        .iter()
+        .map(|c| (c.id.clone(), c.state.clone()))
         .collect();
-    let pids: BTreeMap<String, Option<u32>> = lab
-        .cri()
-        .list_containers()
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.id, c.pid))
-        .collect();
+    let pids: BTreeMap<String, Option<u32>> =
+        listed.iter().map(|c| (c.id.clone(), c.pid)).collect();
     let sandboxes: BTreeSet<&String> = containers.iter().map(|c| &c.pod_sandbox_id).collect();
     let before = json!({
         "version": version,
@@ -155,7 +140,7 @@ pub fn capture(lab: &Lab, dir: &Path, from: &str, from_v: &str) -> Captured {
             "annotations": sorted(&c.annotations),
         })).collect::<Vec<_>>(),
     });
-    std::fs::write(dir.join("runtime-before.json"), pretty(&before)).unwrap();
+    std::fs::write(dir.join("runtime-before.json"), fixture_json(&before)).unwrap();
 
     sh(
         Command::new("sh").arg("-c").arg(lab.lab("stop-runtime")),
@@ -404,7 +389,7 @@ pub fn finish(cap: Captured, lab: &Lab, to: &str, to_v: &str, restarted: &BTreeS
         },
         "containers": rows,
     });
-    std::fs::write(cap.dir.join("expected.json"), pretty(&expected)).unwrap();
+    std::fs::write(cap.dir.join("expected.json"), fixture_json(&expected)).unwrap();
     eprintln!(
         "real_kubelet: node fixture written to {}",
         cap.dir.display()

@@ -22,19 +22,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use testtools::docker::{create, import_busybox_image, Daemon};
+use testtools::fixture_json;
 
 fn read(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
         .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn pretty(v: &Value) -> Vec<u8> {
-    let mut out = Vec::new();
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-    serde::Serialize::serialize(v, &mut ser).unwrap();
-    out.push(b'\n');
-    out
 }
 
 fn main() -> ExitCode {
@@ -50,12 +42,7 @@ fn main() -> ExitCode {
 
     let mut d = Daemon::with_dockerd(PathBuf::from(dockerd));
     if let Some(runc) = args.get(3) {
-        std::fs::write(
-            d.path("daemon.json"),
-            json!({"runtimes": {"runc-new": {"path": runc}}, "default-runtime": "runc-new"})
-                .to_string(),
-        )
-        .unwrap();
+        d.use_runc(Path::new(runc));
     }
     d.start();
     let c = d.client();
@@ -208,11 +195,11 @@ fn main() -> ExitCode {
         "scripts/make-docker-node-fixture.sh (testtools/src/bin/make-docker-node.rs) from {}: the real kubelet's pods, labels, annotations and verdicts, the containers created on a real dockerd in cri-dockerd's shape",
         src.file_name().unwrap().to_string_lossy()
     ));
-    std::fs::write(out.join("pods.json"), pretty(&pods)).unwrap();
-    std::fs::write(out.join("expected.json"), pretty(&exp)).unwrap();
+    std::fs::write(out.join("pods.json"), fixture_json(&pods)).unwrap();
+    std::fs::write(out.join("expected.json"), fixture_json(&exp)).unwrap();
     std::fs::write(
         out.join("runtime-before.json"),
-        pretty(&json!({"version": version, "ids": ids})),
+        fixture_json(&json!({"version": version, "ids": ids})),
     )
     .unwrap();
 
