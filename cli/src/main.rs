@@ -316,19 +316,9 @@ impl StoreFlags {
                     .filter(|v| !v.is_empty())
                     .map(PathBuf::from)
             }),
+            // on the node's disk with a host root (StoreLocation::state_dirs)
+            state: None,
         };
-        // The in-flight markers belong on the node's disk, like the default backup directory
-        // (a Job's own /var/lib is gone with its container), unless placed explicitly.
-        let env = storepatch::inflight::STATE_DIR_ENV;
-        if location.host_root.is_some() && std::env::var_os(env).is_none() {
-            let on_node = location
-                .host()
-                .ok()
-                .and_then(|h| h.resolve(Path::new(storepatch::inflight::STATE_DIR)).ok());
-            if let Some(dir) = on_node {
-                std::env::set_var(env, dir);
-            }
-        }
         Ok(location)
     }
 }
@@ -590,7 +580,7 @@ fn plan_node(
     };
     let store = location.open()?;
     let lock = lock
-        .then(|| storepatch::lock::StoreLock::acquire(store.root()))
+        .then(|| storepatch::session::hold(store.root(), &location.state_dirs()))
         .transpose()
         .map_err(Error::from)?;
     let api_pods::Pods { bytes: pods, api } = match early {
@@ -708,6 +698,7 @@ fn cmd_patch(
     });
     backup.set_aside_checkpoints = set_aside_checkpoints;
     backup.bolt_full_copy = backup_kind == BackupKind::Full;
+    backup.state = flags.store.location()?.state_dirs();
     let progress = spinner::Stderr::default();
     let done = match rehash::patch(&plan, store.as_ref(), &backup, &progress) {
         Ok(done) => done,
@@ -827,7 +818,7 @@ fn cmd_rollback(
     }
     if values {
         let s = rehash::rollback::open_backed_up_store(backup_dir, &location)?;
-        let v = rehash::rollback_values(backup_dir, s.as_ref())?;
+        let v = rehash::rollback_values(backup_dir, s.as_ref(), &location.state_dirs())?;
         match &v.undo_backup {
             Some(dir) => writeln!(
                 out,

@@ -29,20 +29,24 @@
 //! let status = std::process::Command::new("cp").arg("-a").arg(fixture).arg(tmp.path()).status()?;
 //! assert!(status.success());
 //! let node = tmp.path().join("containerd-1.7");
-//! # // this example's in-flight markers (storepatch::inflight) stay in its temp dir
-//! # std::env::set_var(storepatch::inflight::STATE_DIR_ENV, tmp.path().join("state"));
 //! let pods = std::fs::read(node.join("pods.json"))?;
 //!
 //! let mut location = StoreLocation::new(RuntimeKind::Containerd, node.join("var/lib/containerd"));
 //! // No containerd runs there: point the running check at a socket nobody listens on.
 //! location.options.socket = Some(tmp.path().join("none.sock"));
+//! // This example's lock and in-flight markers stay in its temp dir (a node's are in /run and
+//! // /var/lib/kubelet-rehash).
+//! location.state = Some(storepatch::session::StateDirs {
+//!     locks: tmp.path().join("locks"),
+//!     inflight: tmp.path().join("inflight"),
+//! });
 //! let store = location.open()?;
 //!
 //! let to: Version = "1.31".parse()?;
 //! let plan = Plan::build(&pods, store.as_ref(), From::Auto, to)?;
 //! assert!(plan.summary.would_restart_without_rewrite > plan.summary.would_restart_after_rewrite);
 //!
-//! let backup = BackupOptions::new(tmp.path().join("backup"));
+//! let backup = BackupOptions { state: location.state_dirs(), ..BackupOptions::new(tmp.path().join("backup")) };
 //! let done = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent)?;
 //! assert_eq!(done.changed, plan.rewrites().len());
 //!
@@ -65,7 +69,6 @@ pub mod patch;
 pub mod plan;
 pub mod pods;
 pub mod progress;
-mod recover;
 pub mod rollback;
 pub mod static_pods;
 pub mod upgrade;

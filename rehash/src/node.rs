@@ -5,6 +5,7 @@ use crate::error::Error;
 use std::path::{Path, PathBuf};
 use storepatch::layout::HostRoot;
 use storepatch::runtime::DetectError;
+use storepatch::session::StateDirs;
 use storepatch::{RuntimeKind, RuntimeStore, StoreOptions};
 
 /// Where a node's store is: any part left `None` is found (the runtime from the root's
@@ -23,6 +24,9 @@ pub struct StoreLocation {
     /// Where the node's `/` is mounted (`None` or `/`: this machine's own). Every default path
     /// (configuration files, roots, sockets, pid files) is resolved inside it.
     pub host_root: Option<PathBuf>,
+    /// Where writes to the store keep their lock and in-flight marker, when placed explicitly
+    /// (`None`: [`StoreLocation::state_dirs`] decides).
+    pub state: Option<StateDirs>,
 }
 
 impl StoreLocation {
@@ -33,6 +37,7 @@ impl StoreLocation {
             root: Some(root.into()),
             options: StoreOptions::default(),
             host_root: None,
+            state: None,
         }
     }
 
@@ -52,6 +57,30 @@ impl StoreLocation {
             path: dir,
             source: e,
         })
+    }
+
+    /// Where a write to this store keeps its lock and in-flight marker: [`Self::state`] when
+    /// set, else this machine's directories, except that with a host root the markers belong
+    /// on the node's disk, like the default backup directory (a Job's own `/var/lib` is gone
+    /// with its container), unless `KUBELET_REHASH_STATE_DIR` places them explicitly.
+    pub fn state_dirs(&self) -> StateDirs {
+        if let Some(state) = &self.state {
+            return state.clone();
+        }
+        let local = StateDirs::local();
+        if self.host_root.is_none()
+            || std::env::var_os(storepatch::inflight::STATE_DIR_ENV).is_some()
+        {
+            return local;
+        }
+        let on_node = self
+            .host()
+            .ok()
+            .and_then(|h| h.resolve(Path::new(storepatch::inflight::STATE_DIR)).ok());
+        match on_node {
+            Some(dir) => local.with_inflight(dir),
+            None => local,
+        }
     }
 
     /// Finds the store ([`storepatch::layout::find`]) and opens it (reads no record yet).

@@ -7,6 +7,7 @@ use crate::progress::{Event, Progress};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
+use storepatch::session::{Intent, Session, StateDirs};
 use storepatch::{RuntimeStore, StoreRecord};
 
 /// Where the backup goes, and what else the patch may do to the node.
@@ -22,15 +23,19 @@ pub struct BackupOptions {
     /// Back up containerd's meta.db as a whole copy instead of the pages its transaction
     /// overwrites (`--backup full`); either way `rollback` restores it byte for byte.
     pub bolt_full_copy: bool,
+    /// Where the store's lock and the run's in-flight marker live
+    /// ([`crate::StoreLocation::state_dirs`] for a node at a host root).
+    pub state: StateDirs,
 }
 
 impl BackupOptions {
-    /// A backup in `dir`, nothing set aside.
+    /// A backup in `dir`, nothing set aside, this machine's state directories.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         BackupOptions {
             dir: dir.into(),
             set_aside_checkpoints: false,
             bolt_full_copy: false,
+            state: StateDirs::local(),
         }
     }
 }
@@ -77,16 +82,9 @@ pub fn patch(
             store_root: store.root().display().to_string(),
         });
     }
-    // Held to the end: a second run on this store refuses at once instead of interleaving.
-    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
-    // A run killed half-way on this store (the lock is ours, so it is gone) left the store
-    // old-or-new: refused, naming the one command that undoes it (crate::recover).
-    crate::recover::refuse_if_interrupted(store.root())?;
     let mut report = plan.clone();
     report.stage = Stage::Patch;
     let rewrites = plan.rewrites();
-    store.ensure_stopped()?;
-    store.precheck()?;
     let set_aside: Vec<PathBuf> = if backup.set_aside_checkpoints {
         plan.hazards
             .iter()
@@ -96,22 +94,28 @@ pub fn patch(
     } else {
         Vec::new()
     };
-    let blocking: Vec<String> = plan
-        .hazards
-        .iter()
-        .filter(|h| h.severity == Severity::Block)
-        .filter(|h| !(backup.set_aside_checkpoints && h.code == REJECTED_CHECKPOINT))
-        .map(|h| format!("[{}] {}", h.code, h.message))
-        .collect();
-    if !blocking.is_empty() {
-        return Err(Error::Blocked(blocking));
-    }
     let switch = plan.cri_dockerd.as_ref();
-    if let Some(s) = switch {
-        crate::cri_dockerd::check_sources(s)?;
-    }
+    // The session refuses an interrupted run's store (naming the command that undoes it) and
+    // a running runtime, then these checks of ours, before it sweeps anything.
+    let mut session = Session::begin(store, Intent::Patch, &backup.state, || {
+        store.precheck()?;
+        let blocking: Vec<String> = plan
+            .hazards
+            .iter()
+            .filter(|h| h.severity == Severity::Block)
+            .filter(|h| !(backup.set_aside_checkpoints && h.code == REJECTED_CHECKPOINT))
+            .map(|h| format!("[{}] {}", h.code, h.message))
+            .collect();
+        if !blocking.is_empty() {
+            return Err(Error::Blocked(blocking));
+        }
+        if let Some(s) = switch {
+            crate::cri_dockerd::check_sources(s)?;
+        }
+        Ok(())
+    })?;
     let carry_over = switch.is_some_and(|s| s.checkpoints.iter().any(|c| !c.present));
-    let swept_temps = store.sweep_stale_temps()?;
+    let swept_temps = session.swept_temps();
     if swept_temps > 0 {
         progress.event(Event::SweptStaleTemps(swept_temps));
     }
@@ -134,17 +138,9 @@ pub fn patch(
     progress.event(Event::RewriteStarted {
         rewrites: rewrites.len(),
     });
-    let mut bk =
-        storepatch::backup::Backup::create(&backup.dir, store.kind().name(), store.root())?;
+    // The backup, then the marker: a kill from here on is found by the next run on this store.
+    let mut bk = session.begin_patch(&backup.dir)?;
     bk.set_bolt_full_copy(backup.bolt_full_copy);
-    // Durable before the first write (the backup's commit precedes it): a kill from here on
-    // is found by the next run on this store.
-    let inflight = crate::recover::InFlight::begin(
-        storepatch::inflight::Operation::Patch,
-        store.kind().name(),
-        store.root(),
-        &backup.dir,
-    )?;
     // The checkpoints' copies go into the same backup, committed with the store's copies
     // before the first write; the files are removed only after the store was rewritten.
     let mut set_aside_bytes = Vec::with_capacity(set_aside.len());
@@ -219,7 +215,7 @@ pub fn patch(
             report: Box::new(report),
         });
     }
-    inflight.finish()?;
+    session.finish()?;
     Ok(PatchReport {
         report,
         changed: outcome.changed.len(),

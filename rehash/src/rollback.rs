@@ -6,6 +6,8 @@ use crate::plan::{Action, Plan};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use storepatch::backup::RollbackReport;
+use storepatch::inflight::Operation;
+use storepatch::session::{Intent, Session, StateDirs};
 use storepatch::{Hash, Rewrite, RuntimeKind, RuntimeStore, StoreError, StoreRecord};
 
 /// Opens the store a backup was taken of: the manifest's runtime and root. A runtime or root
@@ -60,12 +62,6 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Removes the temp files killed runs (of `patch` or `rollback`) left beside the store's files
-/// and in the backup directory, as `patch` does before it writes; only those whose pid is gone.
-fn sweep_dead_temps(store: &dyn RuntimeStore, backup_dir: &Path) -> Result<usize, Error> {
-    Ok(store.sweep_stale_temps()? + storepatch::atomic::sweep_stale_temps(backup_dir, 1)?)
-}
-
 /// Restores every file of the backup byte for byte, after checking every one of them (a file
 /// that matches neither side of the manifest refuses the whole rollback, naming it).
 /// `accept_unrecorded` restores a file whose patched sha256 was never recorded (a crash in
@@ -76,33 +72,31 @@ pub fn rollback(
     accept_unrecorded: bool,
 ) -> Result<RollbackReport, Error> {
     let store = open_backed_up_store(backup_dir, location)?;
-    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
     // The interrupted run of this backup (a killed patch or rollback) is the one this
-    // rollback finishes; another backup's refuses, naming its command (crate::recover).
-    let resumed = crate::recover::interrupted_run_of(store.root(), backup_dir)?;
-    store.ensure_stopped()?;
-    sweep_dead_temps(store.as_ref(), backup_dir)?;
+    // rollback finishes; another backup's refuses, naming its command.
+    let mut session = Session::begin(
+        store.as_ref(),
+        Intent::Rollback {
+            operation: Operation::Rollback,
+            backup: backup_dir,
+        },
+        &location.state_dirs(),
+        || Ok::<(), Error>(()),
+    )?;
+    let resumed = session.resumed().is_some();
     // The checkpoints copied for cri-dockerd are checked before anything is restored and
     // removed after the store's files are back.
     let copies = crate::cri_dockerd::copied_in_backup(backup_dir)?;
     crate::cri_dockerd::check_copies(&copies)?;
     // A file whose patched bytes the manifest never recorded is, when the marker names this
     // backup, what the killed run wrote (only files of this manifest are ever restored).
-    let accept_unrecorded = accept_unrecorded || resumed.is_some();
-    let mut inflight = match resumed {
-        Some((path, _)) => crate::recover::InFlight::resume(path),
-        None => crate::recover::InFlight::begin(
-            storepatch::inflight::Operation::Rollback,
-            store.kind().name(),
-            store.root(),
-            backup_dir,
-        )?,
-    };
+    let accept_unrecorded = accept_unrecorded || resumed;
+    session.begin_rollback()?;
     let report =
         storepatch::backup::rollback_allowing(backup_dir, accept_unrecorded, &set_aside_paths())
             .map_err(|e| {
                 // A refusal is decided before the first write; anything else may be after it.
-                inflight.may_have_written = !e.is_refusal();
+                session.set_may_have_written(!e.is_refusal());
                 match e {
                     e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
                         source: e,
@@ -112,9 +106,9 @@ pub fn rollback(
                     e => e.into(),
                 }
             })?;
-    inflight.may_have_written = true;
+    session.set_may_have_written(true);
     crate::cri_dockerd::remove_copies(&copies)?;
-    inflight.finish()?;
+    session.finish()?;
     Ok(report)
 }
 
@@ -178,17 +172,23 @@ pub struct ValueRollback {
 pub fn rollback_values(
     backup_dir: &Path,
     store: &dyn RuntimeStore,
+    state: &StateDirs,
 ) -> Result<ValueRollback, Error> {
-    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
-    let resumed = crate::recover::interrupted_run_of(store.root(), backup_dir)?;
-    store.ensure_stopped()?;
-    sweep_dead_temps(store, backup_dir)?;
+    let mut session = Session::begin(
+        store,
+        Intent::Rollback {
+            operation: Operation::RollbackValues,
+            backup: backup_dir,
+        },
+        state,
+        || Ok::<(), Error>(()),
+    )?;
     let report_path = backup_dir.join("report.json");
     // Without the report we cannot know what the patch wrote: refuse, write nothing.
     let bytes = std::fs::read(&report_path).map_err(|e| {
-        let then = match &resumed {
+        let then = match session.resumed() {
             // a patch killed before its read-back: the byte rollback undoes it
-            Some((_, m)) => format!(
+            Some(m) => format!(
                 "; the patch of this backup was interrupted: `kubelet-rehash rollback --backup-dir {}` undoes it",
                 m.backup_dir.display()
             ),
@@ -266,19 +266,11 @@ pub fn rollback_values(
     }
     let copies = crate::cri_dockerd::copied_in_backup(backup_dir)?;
     crate::cri_dockerd::check_copies(&copies)?;
-    let mut inflight = match resumed {
-        Some((path, _)) => crate::recover::InFlight::resume(path),
-        None => crate::recover::InFlight::begin(
-            storepatch::inflight::Operation::RollbackValues,
-            store.kind().name(),
-            store.root(),
-            backup_dir,
-        )?,
-    };
+    session.begin_rollback()?;
     if undo.is_empty() {
         let set_aside = put_back_set_aside(backup_dir)?;
         crate::cri_dockerd::remove_copies(&copies)?;
-        inflight.finish()?;
+        session.finish()?;
         return Ok(ValueRollback {
             restored: 0,
             already,
@@ -287,13 +279,13 @@ pub fn rollback_values(
         });
     }
     let dir = backup_dir.join(format!("undo-{}", unix_now()));
-    let mut backup = storepatch::backup::Backup::create(&dir, store.kind().name(), store.root())?;
+    let mut backup = session.backup(&dir)?;
     // Set-aside checkpoints first: their check refuses before anything is written.
     let set_aside = put_back_set_aside(backup_dir)?;
-    inflight.may_have_written = true;
+    session.set_may_have_written(true);
     store.apply(&undo, &mut backup)?;
     crate::cri_dockerd::remove_copies(&copies)?;
-    inflight.finish()?;
+    session.finish()?;
     Ok(ValueRollback {
         restored: undo.len(),
         already,

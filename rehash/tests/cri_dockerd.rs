@@ -470,14 +470,14 @@ fn a_value_rollback_removes_the_copies_too_and_refuses_a_copy_cri_dockerd_rewrot
     cp.data.host_network = !cp.data.host_network;
     fs::write(&rewritten, cp.for_cri_dockerd()).unwrap();
     let before = snapshot(&sw.n.dir);
-    let err = rehash::rollback_values(&backup.dir, store.as_ref()).unwrap_err();
+    let err = rehash::rollback_values(&backup.dir, store.as_ref(), &backup.state).unwrap_err();
     assert!(
         err.to_string().contains(&rewritten.display().to_string()),
         "{err}"
     );
     assert_eq!(snapshot(&sw.n.dir), before);
     fs::remove_file(&rewritten).unwrap();
-    let v = rehash::rollback_values(&backup.dir, store.as_ref()).unwrap();
+    let v = rehash::rollback_values(&backup.dir, store.as_ref(), &backup.state).unwrap();
     assert_eq!(v.restored, plan.rewrites().len());
     assert!(!sw.n.dir.join("var/lib/cri-dockerd").exists());
 }

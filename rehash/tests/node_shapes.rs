@@ -649,7 +649,7 @@ fn a_value_rollback_puts_set_aside_checkpoints_back_too() {
     opts.set_aside_checkpoints = true;
     rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent).unwrap();
     assert!(!dra.exists());
-    rehash::rollback_values(&opts.dir, store.as_ref()).unwrap();
+    rehash::rollback_values(&opts.dir, store.as_ref(), &opts.state).unwrap();
     assert_eq!(std::fs::read(&dra).unwrap(), dra_bytes);
 }
 
@@ -677,7 +677,7 @@ fn rollback_keeps_the_checkpoint_a_newer_kubelet_wrote_and_puts_ours_back() {
         // the new kubelet starts and writes its own
         std::fs::write(&dra, &theirs).unwrap();
         let report = if values {
-            rehash::rollback_values(&opts.dir, store.as_ref())
+            rehash::rollback_values(&opts.dir, store.as_ref(), &opts.state)
                 .unwrap_or_else(|e| panic!("value rollback: {e}"))
                 .set_aside
         } else {
@@ -712,7 +712,7 @@ fn rollback_keeps_the_checkpoint_a_newer_kubelet_wrote_and_puts_ours_back() {
         }
         // a second rollback finds everything in place and writes nothing
         let again = if values {
-            rehash::rollback_values(&opts.dir, store.as_ref())
+            rehash::rollback_values(&opts.dir, store.as_ref(), &opts.state)
                 .unwrap()
                 .set_aside
         } else {

@@ -141,7 +141,8 @@ fn value_rollback_undoes_exactly_what_the_patch_wrote() {
     let plan = Plan::build(&pods, store.as_ref(), From::Auto, to).unwrap();
     let backup = BackupOptions::new(n.tmp.path().join("backup"));
     let done = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap();
-    let undo = rehash::rollback_values(&backup.dir, store.as_ref()).expect("value rollback");
+    let undo = rehash::rollback_values(&backup.dir, store.as_ref(), &backup.state)
+        .expect("value rollback");
     assert_eq!(undo.restored, done.changed);
     let replanned = Plan::build(&pods, store.as_ref(), From::Auto, to).unwrap();
     assert_eq!(

@@ -56,23 +56,19 @@
 
 #![deny(missing_docs)]
 
-pub mod atomic;
-pub mod backup;
-pub mod bytes;
 pub mod containerd;
 pub mod crio;
 pub mod docker;
-pub mod error;
-pub mod fault;
 pub mod heap;
-pub mod inflight;
 pub mod jsonspan;
 pub mod layout;
 pub mod live;
-pub mod lock;
 pub mod runtime;
 pub mod splice_proof;
-pub mod trust;
+
+// The write safety every back-end shares lives in its own crate beneath this one; its modules
+// keep their paths here (`storepatch::backup`, …) for the callers above.
+pub use storesafe::{atomic, backup, bytes, error, fault, inflight, lock, session, trust};
 
 pub use error::StoreError;
 pub use hashcompat::Hash;
@@ -317,6 +313,23 @@ impl Lap {
         let now = std::time::Instant::now();
         into.push((name, (now - self.0).as_secs_f64() * 1e3));
         self.0 = now;
+    }
+}
+
+/// Every store is one a [`session::Session`] can guard: the session sequences its lock,
+/// running check and temp sweep from these.
+impl storesafe::Guarded for dyn RuntimeStore + '_ {
+    fn root(&self) -> &Path {
+        RuntimeStore::root(self)
+    }
+    fn runtime_name(&self) -> &'static str {
+        self.kind().name()
+    }
+    fn ensure_stopped(&self) -> Result<(), StoreError> {
+        RuntimeStore::ensure_stopped(self)
+    }
+    fn sweep_stale_temps(&self) -> Result<usize, StoreError> {
+        RuntimeStore::sweep_stale_temps(self)
     }
 }
 

@@ -217,7 +217,7 @@ pub fn upgrade(opts: &UpgradeOptions, node: &dyn NodeControl) -> Result<UpgradeR
     let store = opts.location.open()?;
     // Held to the end, across the window: a second run waits its turn instead of stopping
     // services under this one.
-    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
+    let _lock = storepatch::session::hold(store.root(), &opts.location.state_dirs())?;
     let previous = UpgradeState::read(&opts.state_path)?;
     // What a later run believes of this run's state (its backup directory) is checked now,
     // before anything stops, not when that later run needs it.
@@ -299,7 +299,7 @@ pub fn rollback_state(
         location.root = Some(PathBuf::from(&prev.root));
     }
     let store = location.open()?;
-    let _lock = storepatch::lock::StoreLock::acquire(store.root())?;
+    let _lock = storepatch::session::hold(store.root(), &location.state_dirs())?;
     if !prev.unfinished() {
         let (step, cause) = prev.first_failure();
         let result = match prev.phase {
@@ -1075,7 +1075,10 @@ impl<'a> Run<'a> {
             )));
         }
         storepatch::atomic::create_dir_all_private(&self.backup_dir())?;
-        let mut backup = BackupOptions::new(self.store_backup_dir());
+        let mut backup = BackupOptions {
+            state: self.opts.location.state_dirs(),
+            ..BackupOptions::new(self.store_backup_dir())
+        };
         backup.set_aside_checkpoints = self.opts.set_aside_checkpoints;
         self.state.done.patch_started = true;
         self.save();
@@ -1398,7 +1401,11 @@ impl<'a> Run<'a> {
                 report
             }
             Err(Error::RollbackConflict { .. }) if dir.join("report.json").is_file() => {
-                let v = crate::rollback::rollback_values(&dir, self.store)?;
+                let v = crate::rollback::rollback_values(
+                    &dir,
+                    self.store,
+                    &self.opts.location.state_dirs(),
+                )?;
                 self.state.store_restored = Some("values".into());
                 v.set_aside
             }

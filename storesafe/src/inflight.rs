@@ -138,13 +138,18 @@ fn canonical(root: &Path) -> Result<PathBuf, StoreError> {
 
 /// The marker file a run on the store at `root` writes (whether or not it is there).
 pub fn marker_file(root: &Path) -> Result<PathBuf, StoreError> {
-    Ok(marker_path(&canonical(root)?))
+    marker_file_in(&state_dir(), root)
 }
 
-/// The marker file of the store whose canonical root is `root`.
-fn marker_path(root: &Path) -> PathBuf {
+/// Where the marker of the store at `root` is, in the state directory `state_dir`.
+pub fn marker_file_in(state_dir: &Path, root: &Path) -> Result<PathBuf, StoreError> {
+    Ok(marker_path(state_dir, &canonical(root)?))
+}
+
+/// The marker file, in `state_dir`, of the store whose canonical root is `root`.
+fn marker_path(state_dir: &Path, root: &Path) -> PathBuf {
     let key = crate::backup::sha256_hex(root.as_os_str().as_bytes());
-    state_dir().join(format!("{}.json", &key[..32]))
+    state_dir.join(format!("{}.json", &key[..32]))
 }
 
 /// Refuses a state directory or marker that anyone but this user (or root) could have put
@@ -163,9 +168,9 @@ fn ensure_trusted(path: &Path, meta: &std::fs::Metadata) -> Result<(), StoreErro
 
 /// The marker of the store at `root`, if one is there and names that store (a marker of
 /// another path is no marker of this store).
-pub fn find(root: &Path) -> Result<Option<(PathBuf, Marker)>, StoreError> {
+pub fn find(state_dir: &Path, root: &Path) -> Result<Option<(PathBuf, Marker)>, StoreError> {
     let root = canonical(root)?;
-    let path = marker_path(&root);
+    let path = marker_path(state_dir, &root);
     // What is at the marker's place decides before anything is opened: nothing (no run is
     // interrupted), a regular file (read and checked), or something no run of ours leaves
     // there (refused, exit 3, naming it: a symlink could point the check elsewhere).
@@ -175,7 +180,7 @@ pub fn find(root: &Path) -> Result<Option<(PathBuf, Marker)>, StoreError> {
         Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
             return Err(StoreError::Refused(format!(
                 "the in-flight state directory {} is not a directory; no interrupted run can be checked (remove it, or set {STATE_DIR_ENV})",
-                state_dir().display()
+                state_dir.display()
             )))
         }
         Err(e) => return Err(StoreError::io(&path, e)),
@@ -211,24 +216,25 @@ pub fn find(root: &Path) -> Result<Option<(PathBuf, Marker)>, StoreError> {
 /// Writes the marker of a run on the store at `root` (temp + fsync + rename + directory
 /// fsync) before its first write; returns the marker file. `backup_dir` must exist.
 pub fn begin(
+    state_dir: &Path,
     operation: Operation,
     runtime: &str,
     root: &Path,
     backup_dir: &Path,
 ) -> Result<PathBuf, StoreError> {
     let root = canonical(root)?;
-    let dir = state_dir();
-    atomic::create_dir_all_private(&dir)?;
-    let dmeta = std::fs::symlink_metadata(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    let dir = state_dir;
+    atomic::create_dir_all_private(dir)?;
+    let dmeta = std::fs::symlink_metadata(dir).map_err(|e| StoreError::io(dir, e))?;
     if !dmeta.is_dir() {
         return Err(StoreError::Refused(format!(
             "{} is not a directory",
             dir.display()
         )));
     }
-    ensure_trusted(&dir, &dmeta)?;
+    ensure_trusted(dir, &dmeta)?;
     // temps of killed runs' marker writes
-    atomic::sweep_stale_temps(&dir, 1)?;
+    atomic::sweep_stale_temps(dir, 1)?;
     let marker = Marker {
         format: FORMAT,
         operation,
@@ -244,7 +250,7 @@ pub fn begin(
     };
     let bytes = serde_json::to_vec_pretty(&marker)
         .map_err(|e| StoreError::Refused(format!("cannot encode the in-flight marker: {e}")))?;
-    let path = marker_path(&root);
+    let path = marker_path(dir, &root);
     atomic::replace_file(&path, &bytes, FileMeta::private())?;
     Ok(path)
 }
@@ -275,31 +281,19 @@ pub fn same_backup(a: &Path, b: &Path) -> bool {
 mod tests {
     use super::*;
 
-    /// The state dir is process-wide (an environment variable): one test sets it for all.
-    fn with_state_dir() -> tempfile::TempDir {
-        static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-        let d = tempfile::tempdir().unwrap();
-        let dir = DIR.get_or_init(|| {
-            let p = std::env::temp_dir().join(format!("inflight-test-{}", std::process::id()));
-            std::env::set_var(STATE_DIR_ENV, &p);
-            p
-        });
-        assert_eq!(state_dir(), *dir);
-        d
-    }
-
     #[test]
     fn a_marker_is_found_for_its_store_only_and_removed_by_end() {
-        let d = with_state_dir();
+        let d = tempfile::tempdir().unwrap();
+        let sd = &d.path().join("state");
         let a = d.path().join("a");
         let b = d.path().join("b");
         let bk = d.path().join("bk");
         for p in [&a, &b, &bk] {
             std::fs::create_dir(p).unwrap();
         }
-        assert!(find(&a).unwrap().is_none());
-        let path = begin(Operation::Patch, "docker", &a, &bk).unwrap();
-        let (found, m) = find(&a).unwrap().expect("the marker of a");
+        assert!(find(sd, &a).unwrap().is_none());
+        let path = begin(sd, Operation::Patch, "docker", &a, &bk).unwrap();
+        let (found, m) = find(sd, &a).unwrap().expect("the marker of a");
         assert_eq!(found, path);
         assert_eq!(m.store_root, std::fs::canonicalize(&a).unwrap());
         assert_eq!(m.pid, std::process::id());
@@ -309,17 +303,20 @@ mod tests {
             "{}",
             m.command()
         );
-        assert!(find(&b).unwrap().is_none(), "another store has no marker");
+        assert!(
+            find(sd, &b).unwrap().is_none(),
+            "another store has no marker"
+        );
         // the same store spelled through a symlink is the same store
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&a, &link).unwrap();
-        assert!(find(&link).unwrap().is_some());
+        assert!(find(sd, &link).unwrap().is_some());
         // a marker recording another root (a key collision, a renamed store) is not this one's
         let mut other = m.clone();
         other.store_root = b.clone();
         std::fs::write(&path, serde_json::to_vec(&other).unwrap()).unwrap();
         assert!(
-            find(&a).unwrap().is_none(),
+            find(sd, &a).unwrap().is_none(),
             "a marker of another path is ignored"
         );
         end(&path).unwrap();
@@ -329,12 +326,13 @@ mod tests {
 
     #[test]
     fn a_world_writable_marker_is_refused() {
-        let d = with_state_dir();
+        let d = tempfile::tempdir().unwrap();
+        let sd = &d.path().join("state");
         let a = d.path().join("a");
         std::fs::create_dir(&a).unwrap();
-        let path = begin(Operation::Rollback, "crio", &a, d.path()).unwrap();
+        let path = begin(sd, Operation::Rollback, "crio", &a, d.path()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let e = find(&a).unwrap_err();
+        let e = find(sd, &a).unwrap_err();
         assert!(e.to_string().contains("proves nothing"), "{e}");
         end(&path).unwrap();
     }

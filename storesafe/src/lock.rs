@@ -99,13 +99,15 @@ pub struct StoreLock {
 }
 
 impl StoreLock {
-    /// Takes the lock of the store at `root`, at once or not at all: when another process
-    /// holds it, [`StoreError::Locked`] names that process's pid (a holder of unknown pid is
-    /// waited for up to 2 s first: it may be a forked child about to exec).
-    pub fn acquire(root: &Path) -> Result<StoreLock, StoreError> {
+    /// Takes the lock of the store at `root`, at once or not at all, its pid file in
+    /// `lock_dir` ([`crate::StateDirs::locks`]): when another process holds it,
+    /// [`StoreError::Locked`] names that process's pid (a holder of unknown pid is waited for
+    /// up to 2 s first: it may be a forked child about to exec). Callers hold it through
+    /// [`crate::Session`] or [`crate::session::hold`].
+    pub(crate) fn acquire(root: &Path, lock_dir: &Path) -> Result<StoreLock, StoreError> {
         let meta = std::fs::metadata(root).map_err(|e| StoreError::io(root, e))?;
         let key = (meta.dev(), meta.ino());
-        let dir = &lock_dir();
+        let dir = lock_dir;
         let path = dir.join(format!("{}-{}.lock", key.0, key.1));
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         let held = held.get_or_insert_with(HashMap::new);
@@ -216,8 +218,8 @@ mod tests {
     #[test]
     fn reentrant_in_one_process_and_released_on_drop() {
         let d = tempfile::tempdir().unwrap();
-        let a = StoreLock::acquire(d.path()).unwrap();
-        let b = StoreLock::acquire(d.path()).expect("re-entrant within a process");
+        let a = StoreLock::acquire(d.path(), &lock_dir()).unwrap();
+        let b = StoreLock::acquire(d.path(), &lock_dir()).expect("re-entrant within a process");
         assert_eq!(a.path(), b.path());
         let pid: u32 = std::fs::read_to_string(a.path())
             .unwrap()

@@ -136,7 +136,7 @@ pub fn points_passed() -> u64 {
 
 /// The storage storepatch's bolt commits write through: the plain file, with a [`point`]
 /// before each durable step when `crash-points` is on.
-pub(crate) fn bolt_storage(file: &File) -> impl boltfile::storage::Storage + '_ {
+pub fn bolt_storage(file: &File) -> impl boltfile::storage::Storage + '_ {
     let plain = boltfile::storage::FileStorage::new(file);
     #[cfg(feature = "crash-points")]
     let plain = points::CrashPoints(plain);
