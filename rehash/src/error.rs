@@ -3,7 +3,7 @@
 //! message says what to do.
 
 use std::path::PathBuf;
-use storepatch::runtime::DetectError;
+use storepatch::layout::DetectError;
 use storepatch::StoreError;
 
 /// What kind of "no" an error is.

@@ -3,8 +3,8 @@
 
 use crate::error::Error;
 use std::path::{Path, PathBuf};
+use storepatch::layout::DetectError;
 use storepatch::layout::HostRoot;
-use storepatch::runtime::DetectError;
 use storepatch::session::StateDirs;
 use storepatch::{RuntimeKind, RuntimeStore, StoreOptions};
 

@@ -26,7 +26,7 @@
 //! assert!(std::process::Command::new("cp").arg("-a").arg(fixture).arg(tmp.path()).status()?.success());
 //! let root = tmp.path().join("docker-20.10/var/lib/docker");
 //!
-//! let (kind, root) = storepatch::runtime::locate(None, Some(&root))?;
+//! let (kind, root) = storepatch::layout::locate(None, Some(&root))?;
 //! assert_eq!(kind, RuntimeKind::Docker, "a data-root with containers/ is Docker's");
 //! let options = StoreOptions {
 //!     socket: Some(tmp.path().join("no-dockerd.sock")),
@@ -57,12 +57,14 @@
 #![deny(missing_docs)]
 
 pub mod containerd;
+pub mod contract;
 pub mod crio;
 pub mod docker;
 pub mod heap;
 pub mod jsonspan;
 pub mod layout;
 pub mod live;
+pub mod node;
 pub mod runtime;
 pub mod splice_proof;
 
@@ -70,9 +72,9 @@ pub mod splice_proof;
 // keep their paths here (`storepatch::backup`, …) for the callers above.
 pub use storesafe::{atomic, backup, bytes, error, fault, inflight, lock, session, trust};
 
+pub use contract::{ContainersOutlive, LiveContainer, Runtime, StoreOptions};
 pub use error::StoreError;
 pub use hashcompat::Hash;
-pub use runtime::{LiveContainer, Runtime, StoreOptions};
 
 use serde::Serialize;
 use std::path::Path;

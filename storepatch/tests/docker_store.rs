@@ -569,7 +569,7 @@ fn missing_root_unknown_id_running_dockerd_and_conflicting_rewrites() {
     );
     assert!(matches!(e, StoreError::UnknownRecord(_)), "{e}");
     // One id twice, with different or with identical values: the one contract of every
-    // back-end (storepatch::runtime::validate).
+    // back-end (storepatch::contract::validate).
     for second in ["e1f2a3b5", "e1f2a3b4"] {
         let e = apply_fails(
             t.path(),

@@ -5,8 +5,8 @@
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
+use storepatch::layout::DetectError;
 use storepatch::layout::{self, HostRoot, Layout};
-use storepatch::runtime::DetectError;
 use storepatch::RuntimeKind;
 
 use testtools::node_tree::{fixture, NodeTree as Node};

@@ -643,7 +643,7 @@ impl ContainerdStore {
     ) -> Result<(ApplyOutcome, ApplyStats), StoreError> {
         let mut st = ApplyStats::default();
         let t0 = Instant::now();
-        crate::runtime::validate(rewrites)?;
+        crate::contract::validate(rewrites)?;
         let file = Flocked(self.open_db_file(true)?);
         if !try_flock(&file, libc::LOCK_EX).map_err(|e| StoreError::io(&self.db_path, e))? {
             return Err(self.running(self.locked_evidence()));
@@ -1454,7 +1454,7 @@ impl RuntimeStore for ContainerdStore {
     }
 
     fn endpoint(&self) -> String {
-        crate::runtime::unix_endpoint(&self.socket)
+        crate::contract::unix_endpoint(&self.socket)
     }
 
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {

@@ -2,7 +2,7 @@
 //! `verify --live`.
 
 use super::{ContainerdOptions, ContainerdStore, DEFAULT_SOCKET, META_DB};
-use crate::runtime::{LiveContainer, Runtime, StoreOptions};
+use crate::contract::{ContainersOutlive, LiveContainer, Runtime, StoreOptions};
 use crate::{RuntimeKind, RuntimeStore, StoreError};
 use std::path::Path;
 
@@ -20,7 +20,7 @@ impl Runtime for Containerd {
         Path::new("/var/lib/containerd")
     }
     fn default_endpoint(&self) -> String {
-        crate::runtime::unix_endpoint(Path::new(DEFAULT_SOCKET))
+        crate::contract::unix_endpoint(Path::new(DEFAULT_SOCKET))
     }
     fn looks_like(&self, root: &Path) -> bool {
         root.join(META_DB).is_file()
@@ -40,7 +40,19 @@ impl Runtime for Containerd {
             },
         )?))
     }
+    fn service_unit(&self) -> &'static str {
+        "containerd"
+    }
+    fn containers_outlive_the_daemon(&self) -> ContainersOutlive {
+        ContainersOutlive::Always
+    }
+    fn backup_estimate(&self, root: &Path, rewrites: usize) -> u64 {
+        let _ = rewrites;
+        // the pages a transaction rewrites are backed up, bounded by the whole meta.db (a
+        // `--backup full` copy): the estimate is the bound
+        std::fs::metadata(root.join(META_DB)).map_or(0, |m| m.len())
+    }
     fn live_containers(&self, endpoint: &str) -> Result<Vec<LiveContainer>, StoreError> {
-        crate::live::runtime::cri_live_containers(endpoint)
+        crate::live::cri_runtime::cri_live_containers(endpoint)
     }
 }

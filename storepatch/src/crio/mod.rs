@@ -107,7 +107,7 @@ pub struct CrioOptions {
     pub pidfile: Option<PathBuf>,
     /// The node's `/` (under a host root): CRI-O's version file, clean-shutdown marker and the
     /// procfs its pid is looked up in are resolved inside it.
-    pub host: crate::layout::HostRoot,
+    pub host: crate::node::HostRoot,
 }
 
 /// A CRI-O store: graphroot, optional runroot, and how to tell whether CRI-O runs.
@@ -131,7 +131,7 @@ impl RuntimeStore for CrioStore {
     }
 
     fn endpoint(&self) -> String {
-        crate::runtime::unix_endpoint(&self.socket)
+        crate::contract::unix_endpoint(&self.socket)
     }
 
     /// `<driver>-containers/<id>/userdata/.config.json.rehash-tmp-<pid>` of killed runs, in
@@ -189,7 +189,7 @@ impl RuntimeStore for CrioStore {
 
     fn apply(&self, rewrites: &[Rewrite], backup: &mut Backup) -> Result<ApplyOutcome, StoreError> {
         self.ensure_stopped()?;
-        crate::runtime::validate(rewrites)?;
+        crate::contract::validate(rewrites)?;
         self.apply_rewrites(rewrites, backup)
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 /// `Err(StoreError::RuntimeRunning)` with the evidence when CRI-O runs; a refusal when it
 /// cannot tell (the socket answers with another error, the pid file holds no pid).
 /// `proc` is the procfs of CRI-O's pid namespace (the node's under a host root; see
-/// [`crate::docker::running::procfs`]).
+/// [`crate::node::procfs`]).
 pub(super) fn ensure_stopped(
     socket: &Path,
     pidfile: Option<&Path>,
@@ -46,9 +46,7 @@ pub(super) fn ensure_stopped(
                 text.trim()
             ))
         })?;
-        let comm_file = crate::docker::running::procfs(proc)
-            .join(pid.to_string())
-            .join("comm");
+        let comm_file = crate::node::procfs(proc).join(pid.to_string()).join("comm");
         if let Ok(comm) = fs::read_to_string(comm_file) {
             if comm.trim() == "crio" {
                 return Err(StoreError::RuntimeRunning {

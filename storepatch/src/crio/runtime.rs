@@ -2,7 +2,7 @@
 //! answers `verify --live`.
 
 use super::{CrioOptions, CrioStore, DEFAULT_GRAPHROOT, DEFAULT_SOCKET};
-use crate::runtime::{LiveContainer, Runtime, StoreOptions};
+use crate::contract::{ContainersOutlive, LiveContainer, Runtime, StoreOptions};
 use crate::{RuntimeKind, RuntimeStore, StoreError};
 use std::path::Path;
 
@@ -20,7 +20,7 @@ impl Runtime for Crio {
         Path::new(DEFAULT_GRAPHROOT)
     }
     fn default_endpoint(&self) -> String {
-        crate::runtime::unix_endpoint(Path::new(DEFAULT_SOCKET))
+        crate::contract::unix_endpoint(Path::new(DEFAULT_SOCKET))
     }
     fn looks_like(&self, root: &Path) -> bool {
         root.join("overlay-containers").is_dir()
@@ -43,7 +43,13 @@ impl Runtime for Crio {
             },
         )?))
     }
+    fn service_unit(&self) -> &'static str {
+        "crio"
+    }
+    fn containers_outlive_the_daemon(&self) -> ContainersOutlive {
+        ContainersOutlive::Always
+    }
     fn live_containers(&self, endpoint: &str) -> Result<Vec<LiveContainer>, StoreError> {
-        crate::live::runtime::cri_live_containers(endpoint)
+        crate::live::cri_runtime::cri_live_containers(endpoint)
     }
 }

@@ -62,11 +62,11 @@ pub struct DockerOptions {
     /// `--live-restore` as given on dockerd's command line; overrides daemon.json.
     pub live_restore: Option<bool>,
     /// The procfs of dockerd's pid namespace, where the pidfile's pid is looked up
-    /// ([`running::procfs`]): the node's `/proc` under a host root.
+    /// ([`crate::node::procfs`]): the node's `/proc` under a host root.
     pub proc: PathBuf,
     /// The node's `/` (under a host root): a `--config-file` on the running dockerd's command
     /// line is resolved inside it.
-    pub host: crate::layout::HostRoot,
+    pub host: crate::node::HostRoot,
 }
 
 impl Default for DockerOptions {
@@ -77,7 +77,7 @@ impl Default for DockerOptions {
             daemon_json: "/etc/docker/daemon.json".into(),
             live_restore: None,
             proc: "/proc".into(),
-            host: crate::layout::HostRoot::none(),
+            host: crate::node::HostRoot::none(),
         }
     }
 }
@@ -620,7 +620,7 @@ impl RuntimeStore for DockerStore {
     }
 
     fn endpoint(&self) -> String {
-        crate::runtime::unix_endpoint(&self.opts.socket)
+        crate::contract::unix_endpoint(&self.opts.socket)
     }
 
     /// With live-restore *known* off (flag, running dockerd's command line or daemon.json),
@@ -655,7 +655,7 @@ impl RuntimeStore for DockerStore {
             .clear();
         self.ensure_stopped()?;
         let containers = self.containers_dir()?;
-        crate::runtime::validate(rewrites)?;
+        crate::contract::validate(rewrites)?;
         // Every target resolved first: the file systems to flush are opened before any write.
         let paths: Vec<PathBuf> = rewrites
             .iter()

@@ -1,5 +1,6 @@
 //! Is dockerd running, and will stopping it keep the containers (`live-restore`)?
 
+use crate::node::procfs;
 use std::fs;
 use std::io::ErrorKind;
 use std::os::unix::net::UnixStream;
@@ -40,17 +41,6 @@ fn read_pid(pidfile: &Path) -> Option<i32> {
 /// The pid of the live process the pidfile names, if any (`proc` as for [`dockerd_running`]).
 pub fn live_pid(pidfile: &Path, proc: &Path) -> Option<i32> {
     read_pid(pidfile).filter(|&p| process_alive(proc, p))
-}
-
-/// The procfs to look pids up in: `proc` when it is one (it has pid 1: a node's `/proc` under
-/// a host root, mounted recursively with the node's `/`), else this machine's `/proc`, which
-/// is the node's own when the tool runs on the node or in a Job with `hostPID`.
-pub fn procfs(proc: &Path) -> &Path {
-    if proc != Path::new("/proc") && proc.join("1").is_dir() {
-        proc
-    } else {
-        Path::new("/proc")
-    }
 }
 
 /// Whether `pid` is a live process. A node's procfs is asked by its directory: the pid
@@ -126,7 +116,7 @@ pub fn live_restore(
     pidfile: &Path,
     daemon_json: &Path,
     proc: &Path,
-    host: &crate::layout::HostRoot,
+    host: &crate::node::HostRoot,
 ) -> LiveRestore {
     if let Some(on) = flag {
         let src = "as given on the command line".to_string();
@@ -221,7 +211,7 @@ pub fn live_restore(
 mod tests {
     use super::*;
 
-    use crate::layout::HostRoot;
+    use crate::node::HostRoot;
 
     fn own() -> &'static Path {
         Path::new("/proc")

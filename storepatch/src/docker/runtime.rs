@@ -2,8 +2,8 @@
 //! answers `verify --live`.
 
 use super::{DockerOptions, DockerStore};
+use crate::contract::{ContainersOutlive, LiveContainer, Runtime, StoreOptions};
 use crate::live::docker::DockerClient;
-use crate::runtime::{LiveContainer, Runtime, StoreOptions};
 use crate::{RuntimeKind, RuntimeStore, StoreError};
 use crate::{HASH_ANNOTATION, HASH_WITHOUT_RESOURCES_ANNOTATION};
 use std::path::Path;
@@ -22,7 +22,7 @@ impl Runtime for Docker {
         Path::new("/var/lib/docker")
     }
     fn default_endpoint(&self) -> String {
-        crate::runtime::unix_endpoint(&DockerOptions::default().socket)
+        crate::contract::unix_endpoint(&DockerOptions::default().socket)
     }
     fn looks_like(&self, root: &Path) -> bool {
         root.join("containers").is_dir()
@@ -55,6 +55,15 @@ impl Runtime for Docker {
             o.host = options.host.clone();
         }
         Ok(Box::new(DockerStore::with_options(root, o)?))
+    }
+    fn service_unit(&self) -> &'static str {
+        "docker"
+    }
+    fn containers_outlive_the_daemon(&self) -> ContainersOutlive {
+        ContainersOutlive::WithLiveRestore
+    }
+    fn behind_dockershim(&self) -> bool {
+        true
     }
     fn live_containers(&self, endpoint: &str) -> Result<Vec<LiveContainer>, StoreError> {
         let socket = endpoint.strip_prefix("unix://").unwrap_or(endpoint);

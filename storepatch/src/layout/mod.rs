@@ -39,12 +39,11 @@
 //! runs on containerd): that is two stores, and the operator says which.
 
 pub mod config;
-pub mod host;
 
+pub use crate::node::{HostRoot, HostRootError};
 pub use config::ConfigError;
-pub use host::{HostRoot, HostRootError};
 
-use crate::runtime::{DetectError, StoreOptions};
+use crate::contract::StoreOptions;
 use crate::RuntimeKind;
 use std::path::{Path, PathBuf};
 
@@ -63,6 +62,87 @@ pub enum Layout {
     Rke2,
     /// MicroK8s's containerd (snap).
     MicroK8s,
+}
+
+/// Why no store could be found or chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DetectError {
+    /// The root given matches no runtime's layout.
+    #[error("{root} is not {hints}; give the runtime explicitly")]
+    NotAStore {
+        /// The root that was given.
+        root: PathBuf,
+        /// What each runtime's root would hold.
+        hints: String,
+    },
+    /// No runtime store at any known layout's root.
+    #[error("no runtime store found (looked at {roots}); give --runtime and --root, or, in a container, --host-root where the node's / is mounted")]
+    NoneFound {
+        /// The layouts and roots that were looked at.
+        roots: String,
+    },
+    /// Several known layouts' roots hold stores.
+    #[error("more than one runtime store on this node: {found}; pick one with --root (or --runtime, when they are of different runtimes)")]
+    Several {
+        /// The stores found: runtime, layout and root of each.
+        found: String,
+    },
+    /// The root does not exist.
+    #[error("store root {0} does not exist or is not a directory")]
+    RootMissing(PathBuf),
+    /// A runtime's configuration file exists but cannot be used.
+    #[error(transparent)]
+    Config(#[from] crate::layout::ConfigError),
+    /// `--host-root` cannot be used.
+    #[error(transparent)]
+    HostRoot(#[from] crate::layout::HostRootError),
+    /// A node path could not be resolved inside the host root.
+    #[error("{}: cannot be resolved inside the host root: {reason}", path.display())]
+    Resolve {
+        /// The node path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The runtime given does not match the root's layout (a usage error, like a root that
+    /// matches no runtime: the flags contradict each other, nothing is read as a guess).
+    #[error("--runtime {runtime} does not match {root}: it is not {hint}{detected}")]
+    RuntimeMismatch {
+        /// The runtime that was given.
+        runtime: &'static str,
+        /// The root that was given.
+        root: PathBuf,
+        /// What that runtime's root would hold.
+        hint: String,
+        /// `; it looks like a … root`, when another runtime's layout matches.
+        detected: String,
+    },
+}
+
+/// The runtime whose layout `root` has.
+pub fn detect_kind(root: &Path) -> Result<RuntimeKind, DetectError> {
+    RuntimeKind::ALL
+        .into_iter()
+        .find(|k| k.runtime().looks_like(root))
+        .ok_or_else(|| DetectError::NotAStore {
+            root: root.to_path_buf(),
+            hints: RuntimeKind::ALL
+                .iter()
+                .map(|k| k.runtime().layout_hint())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// Decides which runtime and root to use on this machine's own `/`: both given, the runtime
+/// whose layout `root` has, or the one store among the known layouts
+/// ([`find`], which also gives the socket and the other defaults).
+pub fn locate(
+    kind: Option<RuntimeKind>,
+    root: Option<&Path>,
+) -> Result<(RuntimeKind, PathBuf), DetectError> {
+    let found = find(&HostRoot::none(), kind, root)?;
+    Ok((found.kind, found.root))
 }
 
 /// One layout's store as found on a node: every path as seen from here (under the host root).
@@ -535,7 +615,7 @@ pub fn find(
                 }
                 k
             }
-            None => crate::runtime::detect_kind(root)?,
+            None => detect_kind(root)?,
         };
         // The layout this root belongs to gives the socket and the rest; a root of no known
         // layout gets the runtime's stock ones (read from its configuration).

@@ -5,4 +5,4 @@ pub mod cri;
 
 pub mod docker;
 
-pub(crate) mod runtime;
+pub(crate) mod cri_runtime;

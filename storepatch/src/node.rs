@@ -1,4 +1,6 @@
-//! `--host-root`: the node's `/` mounted somewhere else (a privileged Job mounts it at `/host`).
+//! The node the stores are on, as seen from here: its `/` ([`HostRoot`], for `--host-root`: the
+//! node's `/` mounted somewhere else, as a privileged Job mounts it at `/host`) and its procfs
+//! ([`procfs`]). The back-ends and the layouts both use it; it uses neither.
 //!
 //! Every default path of a node (config files, store roots, sockets, pid files) names a place in
 //! the node's own file system. Joining it to the host root is not enough: the node's symbolic
@@ -167,6 +169,17 @@ fn push_components(pending: &mut Vec<OsString>, path: &Path) {
         }
     }
     pending.extend(names.into_iter().rev());
+}
+
+/// The procfs to look pids up in: `proc` when it is one (it has pid 1: a node's `/proc` under
+/// a host root, mounted recursively with the node's `/`), else this machine's `/proc`, which
+/// is the node's own when the tool runs on the node or in a Job with `hostPID`.
+pub fn procfs(proc: &Path) -> &Path {
+    if proc != Path::new("/proc") && proc.join("1").is_dir() {
+        proc
+    } else {
+        Path::new("/proc")
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
-//! What the CRI runtimes (containerd, CRI-O) share in [`crate::runtime`]: `verify --live` asks
+//! What the CRI runtimes (containerd, CRI-O) share behind [`crate::contract::Runtime`]: `verify --live` asks
 //! them over the CRI, exactly as the kubelet does.
 
-use crate::runtime::LiveContainer;
+use crate::contract::LiveContainer;
 use crate::StoreError;
 
 /// Every container the CRI runtime at `endpoint` lists, with its status.
