@@ -3,7 +3,7 @@
 //! A store write of kubelet-rehash (`patch`, `rollback`, `rollback --values`, and the ones
 //! `upgrade` makes through them) is safe only when its steps come in this order:
 //!
-//! 1. the store's [lock](crate::lock) — a second run refuses instead of interleaving;
+//! 1. the store's lock ([`crate::lock`]) — a second run refuses instead of interleaving;
 //! 2. the [interrupted-run](crate::inflight) check — a run killed half-way left the store
 //!    old-or-new: a patch refuses, naming the one command that undoes it; a rollback of that
 //!    run's backup is the run being finished; a rollback of another backup refuses;
@@ -11,7 +11,7 @@
 //! 4. the caller's own checks (the plan's hazards, …), which may still refuse: nothing was
 //!    written so far, not even a temp sweep;
 //! 5. the temps of killed runs are swept (only those whose pid is gone);
-//! 6. the [backup](crate::backup) is created, and the in-flight marker written, before the
+//! 6. the backup ([`crate::backup`]) is created, and the in-flight marker written, before the
 //!    first write: a kill from there on is found by the next run on this store;
 //! 7. the writes; then [`Session::finish`] removes the marker.
 //!
