@@ -2,8 +2,32 @@
 //! module (and the crate root's record types), never the registry ([`crate::runtime`]) that
 //! names them all, so no back-end depends on another or on the list of runtimes.
 
-use crate::{RuntimeKind, RuntimeStore, StoreError};
+use crate::{RuntimeStore, StoreError};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
+
+/// Which container runtime owns a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// Docker (dockershim or cri-dockerd).
+    Docker,
+    /// containerd with its CRI plugin.
+    Containerd,
+    /// CRI-O.
+    Crio,
+}
+
+impl RuntimeKind {
+    /// The canonical name (`docker`, `containerd`, `crio`), as reports and manifests write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeKind::Docker => "docker",
+            RuntimeKind::Containerd => "containerd",
+            RuntimeKind::Crio => "crio",
+        }
+    }
+}
 
 /// Everything an operator may tell us about a runtime's environment. Each back-end reads the
 /// fields that concern it and ignores the others, so a caller needs no per-runtime knowledge.

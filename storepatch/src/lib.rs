@@ -72,7 +72,7 @@ pub mod splice_proof;
 // keep their paths here (`storepatch::backup`, …) for the callers above.
 pub use storesafe::{atomic, backup, bytes, error, fault, inflight, lock, session, trust};
 
-pub use contract::{ContainersOutlive, LiveContainer, Runtime, StoreOptions};
+pub use contract::{ContainersOutlive, LiveContainer, Runtime, RuntimeKind, StoreOptions};
 pub use error::StoreError;
 pub use hashcompat::Hash;
 
@@ -83,29 +83,6 @@ use std::path::Path;
 pub const HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
 /// The kubelet's CRI annotation holding `HashContainerWithoutResources` (1.27–1.30, gate on).
 pub const HASH_WITHOUT_RESOURCES_ANNOTATION: &str = "io.kubernetes.container.hashWithoutResources";
-
-/// Which container runtime owns a store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RuntimeKind {
-    /// Docker (dockershim or cri-dockerd).
-    Docker,
-    /// containerd with its CRI plugin.
-    Containerd,
-    /// CRI-O.
-    Crio,
-}
-
-impl RuntimeKind {
-    /// The canonical name (`docker`, `containerd`, `crio`), as reports and manifests write it.
-    pub fn name(self) -> &'static str {
-        match self {
-            RuntimeKind::Docker => "docker",
-            RuntimeKind::Containerd => "containerd",
-            RuntimeKind::Crio => "crio",
-        }
-    }
-}
 
 /// What a store record is, as far as the kubelet is concerned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use storepatch::layout::HostRoot;
-use storepatch::RuntimeKind;
 
 /// dockershim's checkpoint directory on a node (kubelet ≤ 1.23 default).
 pub const DOCKERSHIM_SANDBOX_DIR: &str = "/var/lib/dockershim/sandbox";
@@ -110,9 +109,10 @@ pub struct CriDockerdSwitch {
     pub sandboxes: Vec<ExpectedSandbox>,
 }
 
-/// Whether the switch applies: a Docker store crossing from ≤ 1.23 to ≥ 1.24.
+/// Whether the switch applies: a store of a runtime behind dockershim (Docker) crossing from
+/// ≤ 1.23 to ≥ 1.24.
 pub fn applies(plan: &Plan) -> bool {
-    plan.runtime == RuntimeKind::Docker
+    plan.runtime.runtime().behind_dockershim()
         && plan.to.minor() >= 24
         && plan.from.is_some_and(|f| f.minor() < 24)
 }
