@@ -8,6 +8,8 @@
 #   scripts/make-docker-node-fixture.sh v2.0.0-beta.24   -> fixtures/nodes/docker-29.8-beta.24
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=fixture-recipe.sh
+. scripts/fixture-recipe.sh
 version="${1:?a Docker version of scripts/setup-docker-module.sh: 28.5.2 or v2.0.0-beta.24}"
 src="${2:-fixtures/nodes/containerd-2.4}"
 dockerd="$PWD/.cache/runtimes/docker-$version/usr/bin/dockerd"
@@ -22,5 +24,5 @@ case "$version" in
     *) out="fixtures/nodes/docker-${version%.*}" ;;
 esac
 cargo run --release -q -p testtools --bin make-docker-node -- "$src" "$out" "$dockerd" "${runc[@]}"
-printf '%s\n%s\n' "the pods of $src on Docker $version" "scripts/make-docker-node-fixture.sh $version $src" > "$out/RECIPE"
+write_regenerate "$out" "the pods of $src on Docker $version" scripts/make-docker-node-fixture.sh "$version" "$src"
 du -sh "$out"

@@ -9,6 +9,8 @@
 #        scripts/make-node-fixture.sh crio:1.36.3 1.30-1.31  -> fixtures/nodes/crio-1.36
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=fixture-recipe.sh
+. scripts/fixture-recipe.sh
 arg="${1:?[crio:]VERSION, e.g. 2.4.2 or crio:1.36.3}"
 pair="${2:-1.30-1.31}"
 case "$arg" in
@@ -29,6 +31,5 @@ case "$arg" in
 esac
 LAB_HOLD_CASES=0 REAL_KUBELET_NODE_FIXTURE="$out" \
     cargo test --release -p kubelet-rehash --test real_kubelet -- --nocapture
-echo "$pair on $runtime" > "$out/RECIPE"
-echo "scripts/make-node-fixture.sh $arg $pair" >> "$out/RECIPE"
+write_regenerate "$out" "$pair on $runtime" scripts/make-node-fixture.sh "$arg" "$pair"
 du -sh "$out"

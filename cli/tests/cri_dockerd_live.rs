@@ -13,6 +13,8 @@
 //!
 //! Needs root and scripts/setup-docker.sh + scripts/setup-cri-dockerd.sh. One node at a time.
 
+mod under_test;
+
 use hashcompat::KubeletVersion;
 use rehash::cri_dockerd::checkpoint::{SandboxCheckpoint, Writer};
 use serde_json::{json, Value};
@@ -25,16 +27,11 @@ use storepatch::live::cri::CriClient;
 use testtools::containerd as ctd;
 use testtools::cri::CriTestCalls;
 use testtools::cri_dockerd as cd;
+use under_test::bin;
 
 const HASH: &str = "io.kubernetes.container.hash";
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn bin() -> &'static str {
-    // every run of the binary keeps its in-flight markers in this process's own directory
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
 
 fn golden(id: &str, name: &str) -> Value {
     let path = ctd::workspace().join("fixtures/golden/specs.jsonl");

@@ -13,6 +13,8 @@
 //!
 //! Needs root and scripts/setup-crio.sh. One CRI-O at a time (a process-wide lock).
 
+mod under_test;
+
 use hashcompat::KubeletVersion;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -25,17 +27,12 @@ use storepatch::live::cri::CriClient;
 use testtools::containerd as ctd;
 use testtools::cri::{v1, CriTestCalls};
 use testtools::crio;
+use under_test::bin;
 
 const HASH: &str = "io.kubernetes.container.hash";
 const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn bin() -> &'static str {
-    // every run of the binary keeps its in-flight markers in this process's own directory
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
 
 // ---------------------------------------------------------------------------------------------
 // the node

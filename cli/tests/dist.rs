@@ -4,12 +4,8 @@
 
 mod under_test;
 
-use std::path::{Path, PathBuf};
+use testtools::fixtures_dir;
 use under_test::kubelet_rehash;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
 
 fn stdout_of(args: &[&str]) -> String {
     let out = kubelet_rehash()
@@ -28,7 +24,7 @@ fn stdout_of(args: &[&str]) -> String {
 /// independently of build.rs (CRI `Version` fields, or the Docker Engine component).
 fn bundled_runtimes() -> Vec<(String, String, String)> {
     let mut nodes = Vec::new();
-    for e in std::fs::read_dir(fixtures().join("nodes")).unwrap() {
+    for e in std::fs::read_dir(fixtures_dir().join("nodes")).unwrap() {
         let dir = e.unwrap().path();
         let Ok(text) = std::fs::read_to_string(dir.join("expected.json")) else {
             continue;

@@ -36,6 +36,7 @@ use testtools::cri::CriTestCalls;
 use testtools::docker as dkr;
 
 mod live_node;
+mod under_test;
 
 use live_node::{
     alive, bin, check_live, hashes, node, patched_values, pids_now, pods_json, stored_values, Ctr,

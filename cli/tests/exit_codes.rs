@@ -11,6 +11,7 @@
 //! `upgrade`'s 0 needs real daemons: `upgrade_live.rs`; its other codes are here.
 
 mod rel_common;
+mod under_test;
 
 use rel_common::*;
 use std::collections::BTreeSet;
@@ -149,7 +150,7 @@ fn every_exit_code_path_of_every_subcommand() {
     let n = small("containerd-1.7");
     let mut c = Command::new(bin());
     c.args(["plan", "--to", "1.31", "--pods"])
-        .arg(fixtures().join("nodes/docker-20.10/pods.json"))
+        .arg(fixtures_dir().join("nodes/docker-20.10/pods.json"))
         .args(n.store_flags());
     row(
         "plan",
@@ -251,7 +252,7 @@ fn every_exit_code_path_of_every_subcommand() {
     let n = small("containerd-1.7");
     let mut c = Command::new(bin());
     c.args(["verify", "--to", "1.31", "--pods"])
-        .arg(fixtures().join("nodes/docker-20.10/pods.json"))
+        .arg(fixtures_dir().join("nodes/docker-20.10/pods.json"))
         .args(n.store_flags());
     row(
         "verify",
@@ -357,7 +358,7 @@ fn every_exit_code_path_of_every_subcommand() {
     }
 
     // ---- hash, versions ---------------------------------------------------------------
-    let spec = fixtures().join("golden/specs.jsonl");
+    let spec = fixtures_dir().join("golden/specs.jsonl");
     let first = std::fs::read_to_string(&spec).unwrap();
     let line = first.lines().next().unwrap();
     let container: serde_json::Value = serde_json::from_str(line).unwrap();

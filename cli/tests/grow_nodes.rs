@@ -3,22 +3,15 @@
 //! (same action, hashes, state, restart verdicts; only the ids, pod uid and pod name differ), so
 //! the summary is 3× the original's; shrunk to a subset, every kept record plans as before.
 
+mod under_test;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use testtools::grow::{grow_node, GrowReport};
-
-fn bin() -> &'static str {
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/nodes")
-        .join(name)
-}
+use testtools::node_tree::fixture;
+use under_test::bin;
 
 fn plan(node: &Path) -> Value {
     let (root, extra): (&str, &[&str]) = if node.join("var/lib/docker").exists() {

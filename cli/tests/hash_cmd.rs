@@ -3,12 +3,12 @@
 mod under_test;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use under_test::kubelet_rehash;
 
 fn golden() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden")
+    testtools::fixtures_dir().join("golden")
 }
 
 fn run(args: &[&str], stdin: &[u8]) -> (i32, String, String) {

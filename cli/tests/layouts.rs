@@ -3,14 +3,11 @@
 //! with `--host-root` alone gives exactly the plan of `--root` given explicitly; what cannot be
 //! decided or read is a usage error (exit 2) that names the candidates or the file.
 
+mod under_test;
+
 use std::path::Path;
 use std::process::{Command, Output};
-
-fn bin() -> &'static str {
-    // every run of the binary keeps its in-flight markers in this process's own directory
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
+use under_test::bin;
 
 use testtools::node_tree::{fixture, NodeTree as Node};
 

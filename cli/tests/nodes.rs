@@ -3,20 +3,14 @@
 //! every record exactly the expected target hash and action; `patch` then `verify` succeed, a
 //! second `patch` changes nothing, and `rollback` restores every byte.
 
+mod under_test;
+
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn bin() -> &'static str {
-    // every run of the binary keeps its in-flight markers in this process's own directory
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
+use testtools::fixtures_dir;
+use under_test::bin;
 
 /// A scenario copied to a temp dir (modes kept), so patches never touch the fixtures.
 struct Node {
@@ -48,7 +42,7 @@ fn unpack_large(archive: &str, name: &str) -> Node {
     std::fs::create_dir(&dir).unwrap();
     let st = Command::new("tar")
         .arg("-xzf")
-        .arg(fixtures().join("nodes-large").join(archive))
+        .arg(fixtures_dir().join("nodes-large").join(archive))
         .arg("-C")
         .arg(&dir)
         .status()
@@ -401,7 +395,7 @@ fn rollback_restores(node: &Node, backup: &Path, before: &BTreeMap<String, Strin
 }
 
 fn small(name: &str) -> Node {
-    copy_node(&fixtures().join("nodes").join(name), name)
+    copy_node(&fixtures_dir().join("nodes").join(name), name)
 }
 
 fn targets(node: &Node) -> Vec<String> {

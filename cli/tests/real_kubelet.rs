@@ -33,19 +33,16 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use under_test::bin;
 // runs a command, panics naming it unless it succeeds, returns its stdout
 use testtools::containerd::run_ok as sh;
 
 #[path = "real_kubelet/node_fixture.rs"]
 mod node_fixture;
+mod under_test;
 
 fn lab_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/k8s-lab.sh")
-}
-
-fn bin() -> &'static str {
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
 }
 
 /// One running lab (`k8s-lab.sh up`), brought down on drop.

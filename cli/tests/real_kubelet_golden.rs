@@ -4,12 +4,11 @@
 //! golden lines independent of the Go harness that made fixtures/golden: every line must be
 //! what `kubelet-rehash hash` computes.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 #[test]
 fn every_hash_a_real_kubelet_stored_is_what_we_compute() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden/real-kubelet");
+    let dir = testtools::fixtures_dir().join("golden/real-kubelet");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -26,6 +26,7 @@
 //! Counts go to stderr (`cargo test --release --test reliability_crash -- --nocapture`).
 
 mod rel_common;
+mod under_test;
 
 use rel_common::*;
 use std::collections::BTreeMap;

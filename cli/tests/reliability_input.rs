@@ -10,6 +10,7 @@
 //! single records are bad (they are reported `undecodable` or `unproven` and left alone).
 
 mod rel_common;
+mod under_test;
 
 use rel_common::*;
 use serde_json::{json, Value};

@@ -7,6 +7,7 @@
 //! message names the file and the OS error, and the store keeps its original bytes.
 
 mod rel_common;
+mod under_test;
 
 use rel_common::*;
 use std::path::Path;

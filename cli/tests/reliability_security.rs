@@ -4,6 +4,7 @@
 //! and refuse a world-writable backup dir.
 
 mod rel_common;
+mod under_test;
 
 use rel_common::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -9,13 +9,10 @@
 
 mod under_test;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+use testtools::fixtures_dir;
 use under_test::{kubelet_rehash, NODES};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
 
 /// Runs the binary in `dir` with a running check pointed at nothing.
 fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
@@ -89,7 +86,7 @@ fn help_texts() {
 #[test]
 fn plan_table_and_report_of_every_bundled_node() {
     for (node, to, store) in NODES {
-        let dir = fixtures().join("nodes").join(node);
+        let dir = fixtures_dir().join("nodes").join(node);
         let mut args = vec!["plan", "--pods", "pods.json", "--to", to];
         args.extend(store);
         if node.starts_with("docker") {
@@ -122,7 +119,7 @@ fn patch_report_of_the_containerd_node() {
     let tmp = tempfile::tempdir().unwrap();
     let st = Command::new("cp")
         .arg("-a")
-        .arg(fixtures().join("nodes/containerd-1.7"))
+        .arg(fixtures_dir().join("nodes/containerd-1.7"))
         .arg(tmp.path())
         .status()
         .unwrap();

@@ -4,6 +4,7 @@
 //! since opening a FIFO for reading waits for a writer.
 
 mod rel_common;
+mod under_test;
 
 use rel_common::*;
 use std::path::{Path, PathBuf};

@@ -7,17 +7,14 @@
 //! state path that is a directory or a FIFO is bad input (exit 2), read without hanging.
 
 mod rel_common;
+mod under_test;
 
 use rel_common::require_root;
 use serde_json::Value;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn bin() -> &'static str {
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
+use under_test::bin;
 
 struct Out {
     code: i32,
@@ -68,7 +65,7 @@ impl Lab {
     fn new() -> Lab {
         let t = tempfile::tempdir().unwrap();
         std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes/containerd-1.7");
+        let src = testtools::fixtures_dir().join("nodes/containerd-1.7");
         assert!(Command::new("cp")
             .arg("-a")
             .arg(&src)

@@ -3,18 +3,15 @@
 //! `-o json` prints the state file (docs/upgrade.md). The window itself is tested in
 //! rehash/tests/upgrade_faults.rs and, on real daemons, in upgrade_live.rs.
 
+mod under_test;
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
-
-fn bin() -> &'static str {
-    // every run of the binary keeps its in-flight markers in this process's own directory
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
+use under_test::bin;
 
 fn fixture_copy(t: &Path) -> std::path::PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes/containerd-1.7");
+    let src = testtools::fixtures_dir().join("nodes/containerd-1.7");
     assert!(Command::new("cp")
         .arg("-a")
         .arg(&src)

@@ -42,6 +42,7 @@ use testtools::kubelet::{
 };
 
 mod live_node;
+mod under_test;
 
 use live_node::{
     alive, bin, check_live, node, patched_values, pids_now, pods_json, stored_values, Ctr, Expect,
@@ -1091,7 +1092,7 @@ fn undo_keeps_the_newer_checkpoint(n: &mut Node<'_>, to: &str) {
     let old = n.kubelet.old.clone();
     let old_v = n.kubelet.old_version.clone();
     let new = n.kubelet.binary("kubelet-new", "1.31.0");
-    let checkpoints = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/checkpoints");
+    let checkpoints = testtools::fixtures_dir().join("checkpoints");
     let ours = fs::read(checkpoints.join("dra-1.30-claim/dra_manager_state")).unwrap();
     let theirs = fs::read(checkpoints.join("dra-1.31-claim/dra_manager_state")).unwrap();
     let kd = rt.tmp().join("kubelet-dir");

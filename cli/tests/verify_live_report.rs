@@ -2,14 +2,11 @@
 //! could check nothing with, before it asks any runtime. (The passing case, against real
 //! containerd and dockerd, is in e2e_live.rs.)
 
+mod under_test;
+
 use std::path::Path;
 use std::process::Command;
-
-fn bin() -> &'static str {
-    // every run of the binary keeps its in-flight markers in this process's own directory
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
+use under_test::bin;
 
 fn verify_live(report: &Path) -> (i32, String) {
     let out = Command::new(bin())
@@ -25,7 +22,7 @@ fn verify_live(report: &Path) -> (i32, String) {
 
 /// A plan report of the bundled containerd node (nothing written).
 fn plan_report() -> serde_json::Value {
-    let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes/containerd-1.7");
+    let node = testtools::fixtures_dir().join("nodes/containerd-1.7");
     let out = Command::new(bin())
         .current_dir(&node)
         .args([

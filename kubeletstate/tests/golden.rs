@@ -24,8 +24,8 @@ struct Case {
     verdicts: Vec<GoVerdict>,
 }
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/checkpoints")
+fn checkpoints_dir() -> PathBuf {
+    testtools::fixtures_dir().join("checkpoints")
 }
 
 fn kind_of(file: &str) -> CheckpointKind {
@@ -37,7 +37,7 @@ fn kind_of(file: &str) -> CheckpointKind {
 
 fn cases() -> Vec<(Case, Vec<u8>)> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(fixtures()).unwrap() {
+    for entry in std::fs::read_dir(checkpoints_dir()).unwrap() {
         let dir = entry.unwrap().path();
         let case: Case =
             serde_json::from_slice(&std::fs::read(dir.join("verdicts.json")).unwrap()).unwrap();

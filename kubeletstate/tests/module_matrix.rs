@@ -32,13 +32,15 @@ struct Case {
     verdicts: Vec<GoVerdict>,
 }
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/checkpoints-module")
+fn module_checkpoints_dir() -> PathBuf {
+    testtools::fixtures_dir().join("checkpoints-module")
 }
 
 fn cases() -> Vec<(Case, Vec<u8>)> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(fixtures()).expect("fixtures/checkpoints-module exists") {
+    for entry in
+        std::fs::read_dir(module_checkpoints_dir()).expect("fixtures/checkpoints-module exists")
+    {
         let dir = entry.unwrap().path();
         let case: Case =
             serde_json::from_slice(&std::fs::read(dir.join("verdicts.json")).unwrap()).unwrap();

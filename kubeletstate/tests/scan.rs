@@ -6,8 +6,8 @@ use kubeletstate::{scan_dir, CheckpointKind, Error, KubeletVersion, Severity, Ve
 
 fn golden(case: &str, file: &str) -> Vec<u8> {
     std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fixtures/checkpoints")
+        testtools::fixtures_dir()
+            .join("checkpoints")
             .join(case)
             .join(file),
     )
@@ -304,8 +304,8 @@ fn an_undecidable_structured_handle_is_a_warning_not_a_guess() {
 
 fn module_case(case: &str, file: &str) -> Vec<u8> {
     std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fixtures/checkpoints-module")
+        testtools::fixtures_dir()
+            .join("checkpoints-module")
             .join(case)
             .join(file),
     )

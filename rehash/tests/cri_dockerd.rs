@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{node, snapshot, Node};
+use common::{node, Node};
 use rehash::cri_dockerd::checkpoint::{CheckpointData, SandboxCheckpoint, Writer};
 use rehash::cri_dockerd::{plan_switch, SwitchOptions};
 use rehash::plan::RecordClass;
@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use testtools::tree::snapshot;
 
 /// The bundled node with, under its own root (the `--host-root`): a cri-dockerd binary that
 /// answers `--version` as 0.4.1 does, dockershim's checkpoints for every running sandbox but
@@ -129,7 +130,7 @@ fn hazard<'p>(plan: &'p Plan, code: &str) -> &'p rehash::Hazard {
 
 /// expected.json's target hash of every container for `version` (the real Go hashers).
 fn expected_targets(version: &str) -> BTreeMap<String, String> {
-    let path = common::fixtures().join("nodes/docker-20.10/expected.json");
+    let path = testtools::fixtures_dir().join("nodes/docker-20.10/expected.json");
     let e: Value = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
     e["containers"]
         .as_array()

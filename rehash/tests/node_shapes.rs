@@ -3,9 +3,10 @@
 
 mod common;
 
-use common::{node, snapshot, Node};
+use common::{node, Node};
 use rehash::{Action, BackupOptions, From, Plan, Version};
 use std::collections::BTreeMap;
+use testtools::tree::snapshot;
 
 /// Every container's stored (hash, hashWithoutResources), by id: what "value-exact" compares.
 fn values(n: &Node) -> BTreeMap<String, (Option<String>, Option<String>)> {
@@ -545,7 +546,10 @@ fn kubelet_dir(n: &Node, cases: &[&str]) -> std::path::PathBuf {
             .arg("-a")
             .arg(format!(
                 "{}/.",
-                common::fixtures().join("checkpoints").join(case).display()
+                testtools::fixtures_dir()
+                    .join("checkpoints")
+                    .join(case)
+                    .display()
             ))
             .arg(&dir)
             .status()
@@ -659,9 +663,10 @@ fn a_value_rollback_puts_set_aside_checkpoints_back_too() {
 #[test]
 fn rollback_keeps_the_checkpoint_a_newer_kubelet_wrote_and_puts_ours_back() {
     use storepatch::backup::RollbackAction;
-    let theirs =
-        std::fs::read(common::fixtures().join("checkpoints/dra-1.31-claim/dra_manager_state"))
-            .unwrap();
+    let theirs = std::fs::read(
+        testtools::fixtures_dir().join("checkpoints/dra-1.31-claim/dra_manager_state"),
+    )
+    .unwrap();
     for values in [false, true] {
         let n = node("containerd-1.7");
         let pods = pods_of(&n);
@@ -745,7 +750,7 @@ fn the_pod_level_checkpoints_of_1_36_block_a_back_out_and_are_set_aside_with_rol
         ("memory-static-1.36-plrm", "memory_manager_state"),
     ] {
         let bytes = std::fs::read(
-            common::fixtures()
+            testtools::fixtures_dir()
                 .join("checkpoints-module")
                 .join(case)
                 .join(file),

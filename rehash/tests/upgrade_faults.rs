@@ -281,7 +281,7 @@ fn options(s: &Setup, interrupt: &'static AtomicBool) -> UpgradeOptions {
 
 /// The store's files and the kubelet binary, by bytes.
 fn snapshot(s: &Setup) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut m = common::snapshot(&s.node.dir);
+    let mut m = testtools::tree::snapshot(&s.node.dir);
     m.insert(s.kubelet.clone(), std::fs::read(&s.kubelet).unwrap());
     m
 }

@@ -11,7 +11,8 @@ use std::path::Path;
 use storepatch::RuntimeKind;
 
 mod common;
-use common::{node, snapshot};
+use common::node;
+use testtools::tree::snapshot;
 
 fn full_cycle(name: &str, to: &str) {
     let n = node(name);

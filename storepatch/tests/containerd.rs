@@ -11,11 +11,10 @@ use storepatch::containerd::bolt::{self, check::check, Db, Root};
 use storepatch::containerd::{cri, ContainerdOptions, ContainerdStore, META_DB};
 use storepatch::{RecordKind, Rewrite, RuntimeStore, StoreError, StoreRecord};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
+use testtools::fixtures_dir;
+
 fn store_dir() -> PathBuf {
-    fixtures().join("stores/containerd-1.6.20")
+    fixtures_dir().join("stores/containerd-1.6.20")
 }
 
 use testtools::gunzip;
@@ -78,7 +77,7 @@ fn store_status() -> Vec<(String, Vec<u8>)> {
 }
 
 fn node_root(v: &str) -> PathBuf {
-    fixtures().join(format!("nodes/containerd-{v}/var/lib/containerd"))
+    fixtures_dir().join(format!("nodes/containerd-{v}/var/lib/containerd"))
 }
 
 /// Copies a node's containerd root (meta.db + CRI status files).
@@ -280,8 +279,8 @@ fn scan_store_fixture_nofreelistsync() {
 }
 
 fn assert_node_scan(v: &str, root: &Path) {
-    let exp = json(&fixtures().join(format!("nodes/containerd-{v}/expected.json")));
-    let before = json(&fixtures().join(format!("nodes/containerd-{v}/runtime-before.json")));
+    let exp = json(&fixtures_dir().join(format!("nodes/containerd-{v}/expected.json")));
+    let before = json(&fixtures_dir().join(format!("nodes/containerd-{v}/runtime-before.json")));
     let rep = store_at(root).scan().unwrap();
     let recs = by_id(&rep.records);
     let rows = exp["containers"].as_array().unwrap();
@@ -558,7 +557,7 @@ fn apply_store_fixture_matches_reference_edit() {
 }
 
 fn node_rewrites(v: &str, grow: bool) -> Vec<Rewrite> {
-    let exp = json(&fixtures().join(format!("nodes/containerd-{v}/expected.json")));
+    let exp = json(&fixtures_dir().join(format!("nodes/containerd-{v}/expected.json")));
     let target = exp["targets"]
         .as_array()
         .unwrap()
@@ -1440,7 +1439,7 @@ fn random_damage_never_panics() {
 /// from the same map.
 #[test]
 fn same_key_values_as_go_bbolt_rewrite() {
-    let map = json(&fixtures().join("nodes/containerd-1.7/step4/map-1.31.json"));
+    let map = json(&fixtures_dir().join("nodes/containerd-1.7/step4/map-1.31.json"));
     let rewrites: Vec<Rewrite> = map
         .as_object()
         .unwrap()
@@ -1462,7 +1461,7 @@ fn same_key_values_as_go_bbolt_rewrite() {
         let go = tempfile::NamedTempFile::new().unwrap();
         fs::write(
             go.path(),
-            gunzip(&fixtures().join(format!("nodes/containerd-1.7/step4/{v}.meta.db.gz"))),
+            gunzip(&fixtures_dir().join(format!("nodes/containerd-1.7/step4/{v}.meta.db.gz"))),
         )
         .unwrap();
         let theirs = kv(go.path());

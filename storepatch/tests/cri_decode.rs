@@ -4,25 +4,20 @@
 //! leaves the answer to the reference. (The fuzz target `cri_extension_edit` checks the same
 //! property on generated documents.)
 
-use std::path::{Path, PathBuf};
 use storepatch::containerd::bolt::{self, Db};
 use storepatch::containerd::{cri, META_DB};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
-
-use testtools::gunzip;
+use testtools::{fixtures_dir, gunzip};
 
 /// Every CRI extension value (container and sandbox) in the meta.db fixtures written by real
 /// containerd: (where, raw Any bytes, type url it must carry).
 fn extension_values() -> Vec<(String, Vec<u8>, &'static str)> {
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     for v in ["1.6", "1.7"] {
-        let p = fixtures().join(format!("nodes/containerd-{v}/var/lib/containerd/{META_DB}"));
+        let p = fixtures_dir().join(format!("nodes/containerd-{v}/var/lib/containerd/{META_DB}"));
         files.push((p.display().to_string(), std::fs::read(&p).unwrap()));
     }
-    let store = fixtures().join("stores/containerd-1.6.20");
+    let store = fixtures_dir().join("stores/containerd-1.6.20");
     for name in ["meta.db.before", "meta.db.nofreelist"] {
         let p = store.join(name);
         files.push((p.display().to_string(), std::fs::read(&p).unwrap()));

@@ -11,8 +11,10 @@ use storepatch::backup::{self, Backup};
 use storepatch::crio::{CrioOptions, CrioStore};
 use storepatch::{RecordKind, Rewrite, RuntimeStore, StoreError, StoreRecord};
 
+use testtools::tree::snapshot_entries as snapshot;
+
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes/crio-1.30")
+    testtools::fixtures_dir().join("nodes/crio-1.30")
 }
 
 fn expected() -> Value {
@@ -44,28 +46,6 @@ fn copy_node(dir: &Path) -> PathBuf {
     copy_tree(&fixture().join("var"), &node.join("var"));
     copy_tree(&fixture().join("run"), &node.join("run"));
     node
-}
-
-/// Every entry below `root`: relative path → (mode, bytes or symlink target).
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
-    let mut out = BTreeMap::new();
-    for e in walkdir::WalkDir::new(root).sort_by_file_name() {
-        let e = e.unwrap();
-        let meta = fs::symlink_metadata(e.path()).unwrap();
-        let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
-        let content = if meta.file_type().is_symlink() {
-            fs::read_link(e.path())
-                .unwrap()
-                .into_os_string()
-                .into_encoded_bytes()
-        } else if meta.is_file() {
-            fs::read(e.path()).unwrap()
-        } else {
-            Vec::new()
-        };
-        out.insert(rel, (meta.mode(), content));
-    }
-    out
 }
 
 fn assert_unchanged(before: &BTreeMap<PathBuf, (u32, Vec<u8>)>, root: &Path, what: &str) {
@@ -1375,7 +1355,7 @@ fn disagreeing_runroot_copy_is_reported_and_never_rewritten() {
 /// place), leaves every other file alone, and rolls back exactly.
 #[test]
 fn crio_1_36_patch_changes_only_the_hash_values() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes/crio-1.36");
+    let src = testtools::fixtures_dir().join("nodes/crio-1.36");
     let exp: Value = serde_json::from_slice(&fs::read(src.join("expected.json")).unwrap()).unwrap();
     let t = tempfile::tempdir().unwrap();
     let node = t.path().join("node");

@@ -4,15 +4,14 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use storepatch::backup::{self, Backup};
 use storepatch::docker::{DockerOptions, DockerStore};
 use storepatch::{RecordKind, Rewrite, RuntimeStore, StoreError};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
+use testtools::fixtures_dir;
+use testtools::tree::{snapshot_with_inodes as snapshot, walk};
 
 fn copy_tree(from: &Path, to: &Path) {
     fs::create_dir_all(to).unwrap();
@@ -53,32 +52,6 @@ fn opts(t: &Path, live_restore: Option<bool>) -> DockerOptions {
     }
 }
 
-/// Every file under `dir` with its bytes, mode and inode.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, u32, u64)> {
-    let mut out = BTreeMap::new();
-    for e in walk(dir) {
-        let m = fs::symlink_metadata(&e).unwrap();
-        if m.is_file() {
-            out.insert(e.clone(), (fs::read(&e).unwrap(), m.mode(), m.ino()));
-        }
-    }
-    out
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    if let Ok(rd) = fs::read_dir(dir) {
-        for e in rd {
-            let p = e.unwrap().path();
-            v.push(p.clone());
-            if fs::symlink_metadata(&p).unwrap().is_dir() {
-                v.extend(walk(&p));
-            }
-        }
-    }
-    v
-}
-
 fn cfg_path(root: &Path, id: &str) -> PathBuf {
     root.join("containers").join(id).join("config.v2.json")
 }
@@ -111,7 +84,7 @@ fn assert_only_label_values_differ(old: &[u8], new: &[u8], changed: &[(&str, &st
 
 #[test]
 fn store_fixture_scan_apply_rollback_rerun() {
-    let fx = fixtures().join("stores/docker-20.10.24");
+    let fx = fixtures_dir().join("stores/docker-20.10.24");
     let (t, root) = store_from(&fx.join("before/containers"));
     let store = DockerStore::with_options(&root, opts(t.path(), Some(true))).unwrap();
     let report = store.scan().unwrap();
@@ -237,7 +210,7 @@ fn store_fixture_scan_apply_rollback_rerun() {
 
 #[test]
 fn node_fixture_scan_matches_expected_and_apply_matches_step4() {
-    let node = fixtures().join("nodes/docker-20.10");
+    let node = fixtures_dir().join("nodes/docker-20.10");
     let (t, root) = store_from(&node.join("var/lib/docker/containers"));
     let store = DockerStore::with_options(&root, opts(t.path(), None)).unwrap();
     let report = store.scan().unwrap();
@@ -361,7 +334,7 @@ const SIDECAR: &str = "b80899089fddbff6c9f7ef63efd3a530434eeb7f1fa9bf7672d31d9fc
 const SANDBOX: &str = "14bf795d80f304c0b774a5ac6e48845df31ff13f5b913a8da2860cfce65fde4b";
 
 fn small_store() -> (tempfile::TempDir, PathBuf, DockerStore) {
-    let (t, root) = store_from(&fixtures().join("stores/docker-20.10.24/before/containers"));
+    let (t, root) = store_from(&fixtures_dir().join("stores/docker-20.10.24/before/containers"));
     let store = DockerStore::with_options(&root, opts(t.path(), Some(true))).unwrap();
     (t, root, store)
 }
@@ -711,7 +684,7 @@ fn permission_denied() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("docker");
     copy_tree(
-        &fixtures().join("stores/docker-20.10.24/before/containers"),
+        &fixtures_dir().join("stores/docker-20.10.24/before/containers"),
         &root.join("containers"),
     );
     // The store is root's, readable by all but writable by no one else; one file is 0600.
@@ -802,7 +775,7 @@ fn disk_full_during_the_write() {
     let _guard = Unmount(mnt.clone());
     let root = mnt.join("docker");
     copy_tree(
-        &fixtures().join("stores/docker-20.10.24/before/containers"),
+        &fixtures_dir().join("stores/docker-20.10.24/before/containers"),
         &root.join("containers"),
     );
     // Fill the filesystem to the last byte.

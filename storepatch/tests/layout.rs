@@ -189,9 +189,10 @@ fn containerd_root_moved_in_config_toml_of_each_format_version() {
 #[test]
 fn containerd_2_x_stock_config_and_a_conf_d_drop_in_move_the_store() {
     for version in ["2.2.9", "2.3.7", "2.4.2"] {
-        let stock = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-            "../fixtures/runtime-configs/containerd-{version}.default.toml"
-        )))
+        let stock = std::fs::read_to_string(
+            testtools::fixtures_dir()
+                .join(format!("runtime-configs/containerd-{version}.default.toml")),
+        )
         .unwrap();
         let format = if version.starts_with("2.2") { 3 } else { 4 };
         assert!(

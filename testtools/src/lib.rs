@@ -8,8 +8,11 @@
 //! public API carries only what `verify --live` needs. Docker's harness drives dockerd with
 //! `storepatch::live::docker::DockerClient::request` / `call`.
 //!
-//! Everything here needs root and the runtimes the setup scripts install
+//! The harnesses need root and the runtimes the setup scripts install
 //! (scripts/setup-docker.sh, scripts/setup-containerd.sh, scripts/setup-crio.sh).
+//!
+//! The file-level tests of storepatch and the crates above it share the rest: where the bundled
+//! fixtures are ([`fixtures_dir`]) and byte snapshots of the trees they patch ([`tree`]).
 #![deny(missing_docs)]
 
 pub mod containerd;
@@ -21,7 +24,14 @@ pub mod grow;
 pub mod kubelet;
 pub mod node_tree;
 pub mod rng;
+pub mod tree;
 pub use rng::Rng;
+
+/// The repository's `fixtures/` directory: the real nodes, stores, checkpoints and golden
+/// hashes every crate's tests read.
+pub fn fixtures_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+}
 
 /// `v` as the fixtures of `fixtures/nodes` keep JSON: 4-space indent, a final newline (keys
 /// sorted, as serde_json's map is).

@@ -2,7 +2,7 @@
 //! at the paths a distribution puts them: what the layout-discovery and `--host-root` tests
 //! (storepatch/tests/layout.rs, cli/tests/layouts.rs) build their nodes from.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// A node's `/` (`root`) in a temp dir that is removed on drop.
@@ -14,9 +14,7 @@ pub struct NodeTree {
 
 /// `fixtures/nodes/<rel>` of this repository.
 pub fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/nodes")
-        .join(rel)
+    crate::fixtures_dir().join("nodes").join(rel)
 }
 
 impl NodeTree {

@@ -22,11 +22,7 @@ pub trait Listing {
 pub const HASH: &str = "io.kubernetes.container.hash";
 pub const HASH_WR: &str = "io.kubernetes.container.hashWithoutResources";
 
-pub fn bin() -> &'static str {
-    // every run of the binary keeps its in-flight markers in this process's own directory
-    testtools::private_state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
+pub use crate::under_test::bin;
 
 // ---------------------------------------------------------------------------------------------
 // the node: pods, specs, stored hashes, expectations

@@ -10,14 +10,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub fn bin() -> &'static str {
-    state_dir();
-    env!("CARGO_BIN_EXE_kubelet-rehash")
-}
-
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
+pub use crate::under_test::bin;
+pub use testtools::fixtures_dir;
 
 pub fn sha(bytes: &[u8]) -> String {
     storepatch::backup::sha256_hex(bytes)
@@ -84,7 +78,7 @@ pub fn small(name: &str) -> Node {
     let dir = tmp.path().join(name);
     let st = Command::new("cp")
         .arg("-a")
-        .arg(fixtures().join("nodes").join(name))
+        .arg(fixtures_dir().join("nodes").join(name))
         .arg(&dir)
         .status()
         .unwrap();
@@ -103,7 +97,7 @@ pub fn small_in(name: &str, parent: &Path) -> Node {
     let dir = parent.join(name);
     let st = Command::new("cp")
         .arg("-a")
-        .arg(fixtures().join("nodes").join(name))
+        .arg(fixtures_dir().join("nodes").join(name))
         .arg(&dir)
         .status()
         .unwrap();
@@ -125,7 +119,7 @@ pub fn large(name: &str) -> Node {
     let st = Command::new("tar")
         .arg("-xzf")
         .arg(
-            fixtures()
+            fixtures_dir()
                 .join("nodes-large")
                 .join(format!("{name}.tar.gz")),
         )

@@ -1,13 +1,25 @@
-//! What the output tests share: the binary they run (`snapshots.rs`, `hash_cmd.rs`, `dist.rs`),
-//! and the bundled nodes with their store flags (`snapshots.rs`, `image.rs`). The binary is
-//! this build's, or a release artifact: scripts/test-release.sh points `KUBELET_REHASH_BIN` at
-//! each extracted release binary, and `KUBELET_REHASH_RUNNER` at qemu-aarch64-static for the
-//! arm64 one (empty: none), so the artifacts must print exactly the reviewed snapshots and
+//! The binary under test, for every test of the cli crate: [`bin`] (this build's binary) and
+//! [`kubelet_rehash`] (a command that may run a release artifact instead), and the bundled
+//! nodes with their store flags (`snapshots.rs`, `image.rs`). Only the cli crate's own tests
+//! can name the binary (`CARGO_BIN_EXE_*` exists there alone), so this is a module of its
+//! tests, not part of testtools.
+//!
+//! The output tests (`snapshots.rs`, `hash_cmd.rs`, `dist.rs`) run [`kubelet_rehash`]: this
+//! build's binary, or a release artifact: scripts/test-release.sh points `KUBELET_REHASH_BIN`
+//! at each extracted release binary, and `KUBELET_REHASH_RUNNER` at qemu-aarch64-static for
+//! the arm64 one (empty: none), so the artifacts must print exactly the reviewed snapshots and
 //! golden hashes this build prints.
 
 #![allow(dead_code)] // each test file uses a part
 
 use std::process::Command;
+
+/// This build's binary, whose every run keeps its in-flight markers in this test process's
+/// own directory (`testtools::private_state_dir`), never the machine's.
+pub fn bin() -> &'static str {
+    testtools::private_state_dir();
+    env!("CARGO_BIN_EXE_kubelet-rehash")
+}
 
 /// A command that runs the binary under test (no arguments yet).
 pub fn kubelet_rehash() -> Command {
