@@ -2,7 +2,7 @@
 //! `sh -c` in a process group of their own (a Ctrl-C at the terminal reaches the upgrade, which
 //! goes back to a safe state, and not a half-run `systemctl`).
 
-use super::NodeControl;
+use super::{NodeControl, NodeError};
 use std::cell::Cell;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -102,13 +102,16 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// Runs `sh -c cmd` in its own process group; its output is kept for the error message.
-fn run_shell(cmd: &str) -> Result<(), String> {
+fn run_shell(cmd: &str) -> Result<(), NodeError> {
     let (ok, out) = run_captured(Command::new("sh").arg("-c").arg(cmd), COMMAND_TIMEOUT)
-        .map_err(|e| format!("`{cmd}`: {e}"))?;
+        .map_err(|e| NodeError::failure(format!("`{cmd}`: {e}")))?;
     if ok {
         Ok(())
     } else {
-        Err(format!("`{cmd}` failed: {}", out.trim()))
+        Err(NodeError::failure(format!(
+            "`{cmd}` failed: {}",
+            out.trim()
+        )))
     }
 }
 
@@ -191,13 +194,13 @@ fn run_captured(cmd: &mut Command, timeout: Duration) -> Result<(bool, String), 
 }
 
 impl NodeControl for SystemNode {
-    fn stop_kubelet(&self) -> Result<(), String> {
+    fn stop_kubelet(&self) -> Result<(), NodeError> {
         run_shell(&self.stop_kubelet)
     }
-    fn start_kubelet(&self) -> Result<(), String> {
+    fn start_kubelet(&self) -> Result<(), NodeError> {
         run_shell(&self.start_kubelet)
     }
-    fn stop_runtime(&self) -> Result<(), String> {
+    fn stop_runtime(&self) -> Result<(), NodeError> {
         // cri-dockerd first: it is dockerd's client, as the kubelet is cri-dockerd's
         if let Some(c) = self
             .stop_cri_dockerd
@@ -208,7 +211,7 @@ impl NodeControl for SystemNode {
         }
         run_shell(&self.stop_runtime)
     }
-    fn start_runtime(&self) -> Result<(), String> {
+    fn start_runtime(&self) -> Result<(), NodeError> {
         run_shell(&self.start_runtime)?;
         match self
             .start_cri_dockerd
@@ -227,18 +230,20 @@ impl NodeControl for SystemNode {
         &self,
         kind: RuntimeKind,
         endpoint: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, NodeError> {
         if kind == RuntimeKind::Docker {
             // Whatever stops dockerd, only live-restore keeps the containers.
             let socket = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
             let c = storepatch::live::docker::DockerClient::new(socket)
                 .with_timeout(Duration::from_secs(10));
             let info: serde_json::Value = c.call("GET", "/info", None).map_err(|e| {
-                format!("cannot ask dockerd at {endpoint} whether live-restore is on: {e}")
+                NodeError::failure(format!(
+                    "cannot ask dockerd at {endpoint} whether live-restore is on: {e}"
+                ))
             })?;
             return match info.get("LiveRestoreEnabled").and_then(|v| v.as_bool()) {
                 Some(true) => Ok("dockerd reports LiveRestoreEnabled".into()),
-                _ => Err("dockerd runs without live-restore: stopping it kills every container (set \"live-restore\": true in daemon.json and reload dockerd first)".into()),
+                _ => Err(NodeError::refused("dockerd runs without live-restore: stopping it kills every container (set \"live-restore\": true in daemon.json and reload dockerd first)")),
             };
         }
         if self.runtime_commands_given {
@@ -246,15 +251,15 @@ impl NodeControl for SystemNode {
         }
         let cmd = format!("{} show -p KillMode {}", self.systemctl, self.runtime_unit);
         let (ok, out) = run_captured(Command::new("sh").arg("-c").arg(&cmd), COMMAND_TIMEOUT)
-            .map_err(|e| format!("`{cmd}`: {e}"))?;
+            .map_err(|e| NodeError::failure(format!("`{cmd}`: {e}")))?;
         let mode = out.trim().strip_prefix("KillMode=").map(str::to_string);
         match (ok, mode.as_deref()) {
             (true, Some("process" | "none")) => Ok(format!("unit {} has KillMode={}", self.runtime_unit, mode.unwrap_or_default())),
-            (true, Some(m)) => Err(format!(
+            (true, Some(m)) => Err(NodeError::refused(format!(
                 "unit {} has KillMode={m}: stopping it kills every container; give it KillMode=process (a drop-in: [Service] KillMode=process) or pass --stop-runtime",
                 self.runtime_unit
-            )),
-            _ => Err(format!("cannot read the KillMode of unit {} (`{cmd}`: {}); pass --stop-runtime/--start-runtime on nodes without systemd", self.runtime_unit, out.trim())),
+            ))),
+            _ => Err(NodeError::failure(format!("cannot read the KillMode of unit {} (`{cmd}`: {}); pass --stop-runtime/--start-runtime on nodes without systemd", self.runtime_unit, out.trim()))),
         }
     }
 
@@ -297,8 +302,9 @@ impl NodeControl for SystemNode {
         }
     }
 
-    fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), String> {
+    fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), NodeError> {
         run_captured(Command::new(binary).args(args), Duration::from_secs(30))
+            .map_err(NodeError::failure)
     }
 
     fn healthy(&self, url: &str) -> bool {
@@ -434,14 +440,14 @@ mod tests {
             .runtime_keeps_containers(RuntimeKind::Containerd, "")
             .unwrap_err();
         assert!(
-            e.contains("control-group") && e.contains("kills every container"),
+            e.message().contains("control-group") && e.message().contains("kills every container"),
             "{e}"
         );
         let n = fake_systemctl(t.path(), "Failed to connect to bus", 1);
         let e = n
             .runtime_keeps_containers(RuntimeKind::Containerd, "")
             .unwrap_err();
-        assert!(e.contains("--stop-runtime"), "{e}");
+        assert!(e.message().contains("--stop-runtime"), "{e}");
         // an operator's stop command is trusted (the window checks the pids after it)
         let mut n = fake_systemctl(t.path(), "KillMode=control-group", 0);
         n.runtime_commands_given = true;
@@ -455,7 +461,7 @@ mod tests {
                 &format!("unix://{}/none.sock", t.path().display()),
             )
             .unwrap_err();
-        assert!(e.contains("live-restore"), "{e}");
+        assert!(e.message().contains("live-restore"), "{e}");
     }
 
     #[test]
