@@ -18,7 +18,7 @@ use rehash::plan::RecordClass;
 use rehash::upgrade::{
     KubeletFlags, NodeControl, NodeError, Phase, Step, SystemNode, UpgradeOptions, UpgradeResult,
 };
-use rehash::{Error, From, LiveVerification, NodeFiles, Plan};
+use rehash::{Error, ErrorClass, From, LiveVerification, NodeFiles, Plan};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -522,6 +522,55 @@ fn a_runtime_unit_that_kills_its_containers_is_caught_before_anything_is_written
         !s.backup.join("store").exists(),
         "no backup: nothing was written"
     );
+}
+
+/// A failed step's error keeps its class to the report, and the state records its text as
+/// the step said it: a service command that failed is a failure, containers the runtime's
+/// stop killed a refusal.
+#[test]
+fn a_failed_step_keeps_its_error_class() {
+    let s = setup("containerd-1.7", "1.31");
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    fake.fault.set(Fault::Fail(Step::Patch));
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert!(
+        matches!(
+            r.result,
+            UpgradeResult::RolledBack {
+                step: Step::Patch,
+                ..
+            }
+        ),
+        "{:?}",
+        r.result
+    );
+    assert_eq!(r.cause_class, Some(ErrorClass::Failure));
+    let failure = r.state.failure.as_ref().expect("recorded");
+    assert_eq!(failure.cause, "injected failure at Patch");
+    let rec = r.state.steps.iter().find(|s| s.step == Step::Patch);
+    assert_eq!(
+        rec.and_then(|s| s.error.as_deref()),
+        Some("injected failure at Patch")
+    );
+
+    let s = setup("containerd-1.7", "1.31");
+    let interrupt = flag();
+    let mut fake = FakeNode::new(interrupt);
+    fake.runtime_stop_kills = true;
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert!(
+        matches!(
+            r.result,
+            UpgradeResult::RolledBack {
+                step: Step::CheckContainers,
+                ..
+            }
+        ),
+        "{:?}",
+        r.result
+    );
+    assert_eq!(r.cause_class, Some(ErrorClass::Refused));
 }
 
 #[test]
