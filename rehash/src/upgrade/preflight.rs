@@ -28,7 +28,8 @@ const DEFAULT_KUBELET_HEALTHY: Duration = Duration::from_secs(10);
 
 /// How the preflight said no (nothing was stopped).
 pub(super) enum Preflight {
-    /// The request is wrong: the run's `Err`, with the error's own class.
+    /// Not a refusal (a wrong request, or something broke): the run's `Err`, with the
+    /// error's own class.
     Usage(Error),
     /// Refused (exit 3).
     Refused(String),
