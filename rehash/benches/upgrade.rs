@@ -9,7 +9,7 @@
 //!
 //! Run: `cargo bench -p rehash --bench upgrade` (RUNS=n, default 3).
 
-use rehash::upgrade::{NodeControl, UpgradeOptions, UpgradeResult};
+use rehash::upgrade::{NodeControl, NodeError, UpgradeOptions, UpgradeResult};
 use rehash::{Error, From, LiveVerification, NodeFiles, Plan, StoreLocation};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -28,23 +28,23 @@ struct InstantNode {
 }
 
 impl NodeControl for InstantNode {
-    fn stop_kubelet(&self) -> Result<(), String> {
+    fn stop_kubelet(&self) -> Result<(), NodeError> {
         self.kubelet_up.set(false);
         Ok(())
     }
-    fn start_kubelet(&self) -> Result<(), String> {
+    fn start_kubelet(&self) -> Result<(), NodeError> {
         self.kubelet_up.set(true);
         Ok(())
     }
-    fn stop_runtime(&self) -> Result<(), String> {
+    fn stop_runtime(&self) -> Result<(), NodeError> {
         self.runtime_up.set(false);
         Ok(())
     }
-    fn start_runtime(&self) -> Result<(), String> {
+    fn start_runtime(&self) -> Result<(), NodeError> {
         self.runtime_up.set(true);
         Ok(())
     }
-    fn runtime_keeps_containers(&self, _: RuntimeKind, _: &str) -> Result<String, String> {
+    fn runtime_keeps_containers(&self, _: RuntimeKind, _: &str) -> Result<String, NodeError> {
         Ok("benchmark".into())
     }
     fn kubelet_pid(&self) -> Option<u32> {
@@ -59,7 +59,7 @@ impl NodeControl for InstantNode {
     fn pid_alive(&self, pid: u32) -> bool {
         pid != KUBELET_PID || self.kubelet_up.get()
     }
-    fn run_binary(&self, _: &Path, _: &[String]) -> Result<(bool, String), String> {
+    fn run_binary(&self, _: &Path, _: &[String]) -> Result<(bool, String), NodeError> {
         Ok((true, format!("Kubernetes v{}.0", self.version)))
     }
     fn healthy(&self, _: &str) -> bool {

@@ -86,7 +86,8 @@ pub use plan::{
 pub use progress::{Event, Progress, Silent};
 pub use rollback::{rollback, rollback_values, ValueRollback};
 pub use upgrade::{
-    upgrade, NodeControl, SystemNode, UpgradeOptions, UpgradeReport, UpgradeResult, UpgradeState,
+    upgrade, NodeControl, NodeError, SystemNode, UpgradeOptions, UpgradeReport, UpgradeResult,
+    UpgradeState,
 };
 pub use verify::{verify, verify_live, LiveProblem, LiveVerification, Verification};
 

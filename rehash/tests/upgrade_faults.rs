@@ -16,9 +16,9 @@ use rehash::cri_dockerd::checkpoint::{CheckpointData, SandboxCheckpoint};
 use rehash::cri_dockerd::SwitchOptions;
 use rehash::plan::RecordClass;
 use rehash::upgrade::{
-    KubeletFlags, NodeControl, Phase, Step, SystemNode, UpgradeOptions, UpgradeResult,
+    KubeletFlags, NodeControl, NodeError, Phase, Step, SystemNode, UpgradeOptions, UpgradeResult,
 };
-use rehash::{Error, From, LiveVerification, NodeFiles, Plan};
+use rehash::{Error, ErrorClass, From, LiveVerification, NodeFiles, Plan};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -102,12 +102,12 @@ impl FakeNode {
 }
 
 impl NodeControl for FakeNode {
-    fn stop_kubelet(&self) -> Result<(), String> {
+    fn stop_kubelet(&self) -> Result<(), NodeError> {
         self.call("stop-kubelet");
         self.kubelet_up.set(false);
         Ok(())
     }
-    fn start_kubelet(&self) -> Result<(), String> {
+    fn start_kubelet(&self) -> Result<(), NodeError> {
         self.call("start-kubelet");
         if self.starts_fail.get() {
             return Err("unit kubelet failed".into());
@@ -116,7 +116,7 @@ impl NodeControl for FakeNode {
         self.never_healthy.set(self.sick_next_start.replace(false));
         Ok(())
     }
-    fn stop_runtime(&self) -> Result<(), String> {
+    fn stop_runtime(&self) -> Result<(), NodeError> {
         self.call("stop-runtime");
         self.runtime_up.set(false);
         if self.told_switch.get() && !self.stop_leaves_cri_dockerd {
@@ -127,7 +127,7 @@ impl NodeControl for FakeNode {
         }
         Ok(())
     }
-    fn start_runtime(&self) -> Result<(), String> {
+    fn start_runtime(&self) -> Result<(), NodeError> {
         self.call("start-runtime");
         if self.starts_fail.get() {
             return Err("unit runtime failed".into());
@@ -135,7 +135,7 @@ impl NodeControl for FakeNode {
         self.runtime_up.set(true);
         Ok(())
     }
-    fn runtime_keeps_containers(&self, _: RuntimeKind, _: &str) -> Result<String, String> {
+    fn runtime_keeps_containers(&self, _: RuntimeKind, _: &str) -> Result<String, NodeError> {
         Ok("fake unit: KillMode=process".into())
     }
     fn kubelet_pid(&self) -> Option<u32> {
@@ -150,7 +150,7 @@ impl NodeControl for FakeNode {
         }
         !self.containers_dead.get()
     }
-    fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), String> {
+    fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), NodeError> {
         self.real.run_binary(binary, args)
     }
     fn healthy(&self, _: &str) -> bool {
@@ -181,12 +181,12 @@ impl NodeControl for FakeNode {
             problems: Vec::new(),
         })
     }
-    fn before(&self, step: Step) -> Result<(), String> {
+    fn before(&self, step: Step) -> Result<(), NodeError> {
         if self.kill_also.get() == Some(step) {
             std::panic::panic_any(Killed);
         }
         match self.fault.get() {
-            Fault::Fail(s) if s == step => Err(format!("injected failure at {step:?}")),
+            Fault::Fail(s) if s == step => Err(format!("injected failure at {step:?}").into()),
             Fault::Signal(s) if s == step => {
                 self.interrupt.store(true, Ordering::SeqCst);
                 Ok(())
@@ -524,6 +524,55 @@ fn a_runtime_unit_that_kills_its_containers_is_caught_before_anything_is_written
     );
 }
 
+/// A failed step's error keeps its class to the report, and the state records its text as
+/// the step said it: a service command that failed is a failure, containers the runtime's
+/// stop killed a refusal.
+#[test]
+fn a_failed_step_keeps_its_error_class() {
+    let s = setup("containerd-1.7", "1.31");
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    fake.fault.set(Fault::Fail(Step::Patch));
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert!(
+        matches!(
+            r.result,
+            UpgradeResult::RolledBack {
+                step: Step::Patch,
+                ..
+            }
+        ),
+        "{:?}",
+        r.result
+    );
+    assert_eq!(r.cause_class, Some(ErrorClass::Failure));
+    let failure = r.state.failure.as_ref().expect("recorded");
+    assert_eq!(failure.cause, "injected failure at Patch");
+    let rec = r.state.steps.iter().find(|s| s.step == Step::Patch);
+    assert_eq!(
+        rec.and_then(|s| s.error.as_deref()),
+        Some("injected failure at Patch")
+    );
+
+    let s = setup("containerd-1.7", "1.31");
+    let interrupt = flag();
+    let mut fake = FakeNode::new(interrupt);
+    fake.runtime_stop_kills = true;
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    assert!(
+        matches!(
+            r.result,
+            UpgradeResult::RolledBack {
+                step: Step::CheckContainers,
+                ..
+            }
+        ),
+        "{:?}",
+        r.result
+    );
+    assert_eq!(r.cause_class, Some(ErrorClass::Refused));
+}
+
 #[test]
 fn a_kubelet_that_never_gets_healthy_is_rolled_back_within_the_budget() {
     let s = setup("containerd-1.7", "1.31");
@@ -678,16 +727,16 @@ fn when_going_back_fails_too_the_result_says_so() {
     // starting fails only after the window's own start: let the forward start succeed
     struct StartsFailAfterVerify<'a>(&'a FakeNode);
     impl NodeControl for StartsFailAfterVerify<'_> {
-        fn stop_kubelet(&self) -> Result<(), String> {
+        fn stop_kubelet(&self) -> Result<(), NodeError> {
             self.0.stop_kubelet()
         }
-        fn start_kubelet(&self) -> Result<(), String> {
+        fn start_kubelet(&self) -> Result<(), NodeError> {
             self.0.start_kubelet()
         }
-        fn stop_runtime(&self) -> Result<(), String> {
+        fn stop_runtime(&self) -> Result<(), NodeError> {
             self.0.stop_runtime()
         }
-        fn start_runtime(&self) -> Result<(), String> {
+        fn start_runtime(&self) -> Result<(), NodeError> {
             if self.0.calls.borrow().iter().any(|c| c == "start-runtime") {
                 return self.0.start_runtime();
             }
@@ -695,7 +744,7 @@ fn when_going_back_fails_too_the_result_says_so() {
             self.0.runtime_up.set(true);
             Ok(())
         }
-        fn runtime_keeps_containers(&self, k: RuntimeKind, e: &str) -> Result<String, String> {
+        fn runtime_keeps_containers(&self, k: RuntimeKind, e: &str) -> Result<String, NodeError> {
             self.0.runtime_keeps_containers(k, e)
         }
         fn kubelet_pid(&self) -> Option<u32> {
@@ -707,7 +756,7 @@ fn when_going_back_fails_too_the_result_says_so() {
         fn pid_alive(&self, pid: u32) -> bool {
             self.0.pid_alive(pid)
         }
-        fn run_binary(&self, b: &Path, a: &[String]) -> Result<(bool, String), String> {
+        fn run_binary(&self, b: &Path, a: &[String]) -> Result<(bool, String), NodeError> {
             self.0.run_binary(b, a)
         }
         fn healthy(&self, u: &str) -> bool {
@@ -716,7 +765,7 @@ fn when_going_back_fails_too_the_result_says_so() {
         fn runtime_answers(&self, k: RuntimeKind, e: &str) -> bool {
             self.0.runtime_answers(k, e)
         }
-        fn before(&self, step: Step) -> Result<(), String> {
+        fn before(&self, step: Step) -> Result<(), NodeError> {
             self.0.before(step)
         }
     }

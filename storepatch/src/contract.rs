@@ -89,6 +89,14 @@ pub trait Runtime: Send + Sync {
     fn service_unit(&self) -> &'static str;
     /// What keeps the node's containers running while the daemon is stopped.
     fn containers_outlive_the_daemon(&self) -> ContainersOutlive;
+    /// For a runtime whose containers outlive the daemon only
+    /// [`ContainersOutlive::WithLiveRestore`]: what the running daemon at `endpoint` says.
+    fn ask_live_restore(&self, endpoint: &str) -> LiveRestoreAnswer {
+        LiveRestoreAnswer::Unknown(format!(
+            "{} has no live-restore to ask about at {endpoint}",
+            self.service_unit()
+        ))
+    }
     /// Whether kubelets before 1.24 speak to this runtime through their built-in dockershim,
     /// and later ones through cri-dockerd (a separate service, stopped and started with it).
     fn behind_dockershim(&self) -> bool {
@@ -101,6 +109,18 @@ pub trait Runtime: Send + Sync {
         // one small document (config.v2.json, config.json) per rewritten container
         rewrites as u64 * 64 * 1024
     }
+}
+
+/// What a running daemon says of its live-restore ([`Runtime::ask_live_restore`]); each
+/// holds the sentence for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveRestoreAnswer {
+    /// On: stopping the daemon keeps the containers.
+    On(String),
+    /// Off: stopping the daemon kills every container.
+    Off(String),
+    /// The daemon could not be asked.
+    Unknown(String),
 }
 
 /// What keeps a runtime's containers running while its daemon is stopped.

@@ -72,7 +72,9 @@ pub mod splice_proof;
 // keep their paths here (`storepatch::backup`, …) for the callers above.
 pub use storesafe::{atomic, backup, bytes, error, fault, inflight, lock, session, trust};
 
-pub use contract::{ContainersOutlive, LiveContainer, Runtime, RuntimeKind, StoreOptions};
+pub use contract::{
+    ContainersOutlive, LiveContainer, LiveRestoreAnswer, Runtime, RuntimeKind, StoreOptions,
+};
 pub use error::StoreError;
 pub use hashcompat::Hash;
 

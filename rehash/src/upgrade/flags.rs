@@ -4,8 +4,10 @@
 //! backup, put back when going back. Only for a plan that switches
 //! ([`crate::cri_dockerd::plan_switch`]); every other upgrade leaves the flags alone.
 
+use super::preflight::Preflight;
+use super::run::Run;
 use super::state::FlagsFileRecord;
-use super::{Preflight, Run, StepError};
+use super::step_error::StepError;
 use crate::cri_dockerd::flags::{edit_flags_file, removed_in, translate_args};
 use crate::cri_dockerd::{self, CRI_DOCKERD_SOCKET, KUBELET_FLAG_FILES};
 use crate::plan::Plan;
@@ -194,14 +196,14 @@ impl Run<'_> {
                 continue;
             }
             let path = PathBuf::from(&r.path);
-            let (bytes, meta, text) = read_text(&path).map_err(StepError)?;
+            let (bytes, meta, text) = read_text(&path).map_err(StepError::failure)?;
             let sha = cri_dockerd::sha256(&bytes);
             if sha == r.sha256_new {
                 self.state.kubelet_flags[i].rewritten = true;
                 continue;
             }
             if sha != r.sha256_original {
-                return Err(StepError(format!(
+                return Err(StepError::refused(format!(
                     "{} changed since the preflight (sha256 {sha}, planned from {}): not rewritten",
                     r.path, r.sha256_original
                 )));
@@ -209,7 +211,7 @@ impl Run<'_> {
             let edit = edit_flags_file(&text, self.state.to, &r.endpoint, r.append)
                 .filter(|e| cri_dockerd::sha256(&e.new) == r.sha256_new)
                 .ok_or_else(|| {
-                    StepError(format!(
+                    StepError::failure(format!(
                         "{}: the edit does not reproduce the planned bytes",
                         r.path
                     ))
@@ -272,7 +274,7 @@ impl Run<'_> {
             self.state.done.flags_rewrite_started = false;
             Ok(())
         } else {
-            Err(StepError(left.join("; ")))
+            Err(StepError::failure(left.join("; ")))
         }
     }
 }

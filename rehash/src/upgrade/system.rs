@@ -2,14 +2,14 @@
 //! `sh -c` in a process group of their own (a Ctrl-C at the terminal reaches the upgrade, which
 //! goes back to a safe state, and not a half-run `systemctl`).
 
-use super::NodeControl;
+use super::{NodeControl, NodeError};
 use std::cell::Cell;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use storepatch::RuntimeKind;
+use storepatch::{ContainersOutlive, LiveRestoreAnswer, RuntimeKind};
 
 /// The kubelet's health endpoint on a stock node (`healthzBindAddress`:`healthzPort`).
 pub const DEFAULT_HEALTHZ: &str = "http://127.0.0.1:10248/healthz";
@@ -63,20 +63,16 @@ impl SystemNode {
             Some(h) => format!("chroot {} systemctl", shell_quote(&h.display().to_string())),
             None => "systemctl".to_string(),
         };
-        let unit = match runtime {
-            RuntimeKind::Docker => "docker",
-            RuntimeKind::Containerd => "containerd",
-            RuntimeKind::Crio => "crio",
-        }
-        .to_string();
+        let unit = runtime.runtime().service_unit().to_string();
         // Mirantis' packaging (cri-dockerd 0.4.1 packaging/systemd): a socket-activated
         // service; the socket is stopped with it, or a connection would start it again.
-        let (stop_cri_dockerd, start_cri_dockerd) = match runtime {
-            RuntimeKind::Docker => (
+        let (stop_cri_dockerd, start_cri_dockerd) = if runtime.runtime().behind_dockershim() {
+            (
                 Some(format!("{systemctl} stop {CRI_DOCKERD_UNITS}")),
                 Some(format!("{systemctl} start {CRI_DOCKERD_UNITS}")),
-            ),
-            _ => (None, None),
+            )
+        } else {
+            (None, None)
         };
         SystemNode {
             stop_kubelet: format!("{systemctl} stop kubelet"),
@@ -102,13 +98,16 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// Runs `sh -c cmd` in its own process group; its output is kept for the error message.
-fn run_shell(cmd: &str) -> Result<(), String> {
+fn run_shell(cmd: &str) -> Result<(), NodeError> {
     let (ok, out) = run_captured(Command::new("sh").arg("-c").arg(cmd), COMMAND_TIMEOUT)
-        .map_err(|e| format!("`{cmd}`: {e}"))?;
+        .map_err(|e| NodeError::failure(format!("`{cmd}`: {e}")))?;
     if ok {
         Ok(())
     } else {
-        Err(format!("`{cmd}` failed: {}", out.trim()))
+        Err(NodeError::failure(format!(
+            "`{cmd}` failed: {}",
+            out.trim()
+        )))
     }
 }
 
@@ -191,13 +190,13 @@ fn run_captured(cmd: &mut Command, timeout: Duration) -> Result<(bool, String), 
 }
 
 impl NodeControl for SystemNode {
-    fn stop_kubelet(&self) -> Result<(), String> {
+    fn stop_kubelet(&self) -> Result<(), NodeError> {
         run_shell(&self.stop_kubelet)
     }
-    fn start_kubelet(&self) -> Result<(), String> {
+    fn start_kubelet(&self) -> Result<(), NodeError> {
         run_shell(&self.start_kubelet)
     }
-    fn stop_runtime(&self) -> Result<(), String> {
+    fn stop_runtime(&self) -> Result<(), NodeError> {
         // cri-dockerd first: it is dockerd's client, as the kubelet is cri-dockerd's
         if let Some(c) = self
             .stop_cri_dockerd
@@ -208,7 +207,7 @@ impl NodeControl for SystemNode {
         }
         run_shell(&self.stop_runtime)
     }
-    fn start_runtime(&self) -> Result<(), String> {
+    fn start_runtime(&self) -> Result<(), NodeError> {
         run_shell(&self.start_runtime)?;
         match self
             .start_cri_dockerd
@@ -227,18 +226,13 @@ impl NodeControl for SystemNode {
         &self,
         kind: RuntimeKind,
         endpoint: &str,
-    ) -> Result<String, String> {
-        if kind == RuntimeKind::Docker {
-            // Whatever stops dockerd, only live-restore keeps the containers.
-            let socket = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
-            let c = storepatch::live::docker::DockerClient::new(socket)
-                .with_timeout(Duration::from_secs(10));
-            let info: serde_json::Value = c.call("GET", "/info", None).map_err(|e| {
-                format!("cannot ask dockerd at {endpoint} whether live-restore is on: {e}")
-            })?;
-            return match info.get("LiveRestoreEnabled").and_then(|v| v.as_bool()) {
-                Some(true) => Ok("dockerd reports LiveRestoreEnabled".into()),
-                _ => Err("dockerd runs without live-restore: stopping it kills every container (set \"live-restore\": true in daemon.json and reload dockerd first)".into()),
+    ) -> Result<String, NodeError> {
+        let runtime = kind.runtime();
+        if runtime.containers_outlive_the_daemon() == ContainersOutlive::WithLiveRestore {
+            return match runtime.ask_live_restore(endpoint) {
+                LiveRestoreAnswer::On(evidence) => Ok(evidence),
+                LiveRestoreAnswer::Off(why) => Err(NodeError::refused(why)),
+                LiveRestoreAnswer::Unknown(why) => Err(NodeError::failure(why)),
             };
         }
         if self.runtime_commands_given {
@@ -246,15 +240,15 @@ impl NodeControl for SystemNode {
         }
         let cmd = format!("{} show -p KillMode {}", self.systemctl, self.runtime_unit);
         let (ok, out) = run_captured(Command::new("sh").arg("-c").arg(&cmd), COMMAND_TIMEOUT)
-            .map_err(|e| format!("`{cmd}`: {e}"))?;
+            .map_err(|e| NodeError::failure(format!("`{cmd}`: {e}")))?;
         let mode = out.trim().strip_prefix("KillMode=").map(str::to_string);
         match (ok, mode.as_deref()) {
             (true, Some("process" | "none")) => Ok(format!("unit {} has KillMode={}", self.runtime_unit, mode.unwrap_or_default())),
-            (true, Some(m)) => Err(format!(
+            (true, Some(m)) => Err(NodeError::refused(format!(
                 "unit {} has KillMode={m}: stopping it kills every container; give it KillMode=process (a drop-in: [Service] KillMode=process) or pass --stop-runtime",
                 self.runtime_unit
-            )),
-            _ => Err(format!("cannot read the KillMode of unit {} (`{cmd}`: {}); pass --stop-runtime/--start-runtime on nodes without systemd", self.runtime_unit, out.trim())),
+            ))),
+            _ => Err(NodeError::failure(format!("cannot read the KillMode of unit {} (`{cmd}`: {}); pass --stop-runtime/--start-runtime on nodes without systemd", self.runtime_unit, out.trim()))),
         }
     }
 
@@ -297,8 +291,9 @@ impl NodeControl for SystemNode {
         }
     }
 
-    fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), String> {
+    fn run_binary(&self, binary: &Path, args: &[String]) -> Result<(bool, String), NodeError> {
         run_captured(Command::new(binary).args(args), Duration::from_secs(30))
+            .map_err(NodeError::failure)
     }
 
     fn healthy(&self, url: &str) -> bool {
@@ -434,14 +429,14 @@ mod tests {
             .runtime_keeps_containers(RuntimeKind::Containerd, "")
             .unwrap_err();
         assert!(
-            e.contains("control-group") && e.contains("kills every container"),
+            e.message().contains("control-group") && e.message().contains("kills every container"),
             "{e}"
         );
         let n = fake_systemctl(t.path(), "Failed to connect to bus", 1);
         let e = n
             .runtime_keeps_containers(RuntimeKind::Containerd, "")
             .unwrap_err();
-        assert!(e.contains("--stop-runtime"), "{e}");
+        assert!(e.message().contains("--stop-runtime"), "{e}");
         // an operator's stop command is trusted (the window checks the pids after it)
         let mut n = fake_systemctl(t.path(), "KillMode=control-group", 0);
         n.runtime_commands_given = true;
@@ -455,7 +450,7 @@ mod tests {
                 &format!("unix://{}/none.sock", t.path().display()),
             )
             .unwrap_err();
-        assert!(e.contains("live-restore"), "{e}");
+        assert!(e.message().contains("live-restore"), "{e}");
     }
 
     #[test]

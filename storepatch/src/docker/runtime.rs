@@ -2,7 +2,7 @@
 //! answers `verify --live`.
 
 use super::{DockerOptions, DockerStore};
-use crate::contract::{ContainersOutlive, LiveContainer, Runtime, StoreOptions};
+use crate::contract::{ContainersOutlive, LiveContainer, LiveRestoreAnswer, Runtime, StoreOptions};
 use crate::live::docker::DockerClient;
 use crate::{RuntimeKind, RuntimeStore, StoreError};
 use crate::{HASH_ANNOTATION, HASH_WITHOUT_RESOURCES_ANNOTATION};
@@ -64,6 +64,23 @@ impl Runtime for Docker {
     }
     fn behind_dockershim(&self) -> bool {
         true
+    }
+    fn ask_live_restore(&self, endpoint: &str) -> LiveRestoreAnswer {
+        // Whatever stops dockerd, only live-restore keeps the containers.
+        let socket = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+        let c = DockerClient::new(socket).with_timeout(std::time::Duration::from_secs(10));
+        let info: serde_json::Value = match c.call("GET", "/info", None) {
+            Ok(info) => info,
+            Err(e) => {
+                return LiveRestoreAnswer::Unknown(format!(
+                    "cannot ask dockerd at {endpoint} whether live-restore is on: {e}"
+                ))
+            }
+        };
+        match info.get("LiveRestoreEnabled").and_then(|v| v.as_bool()) {
+            Some(true) => LiveRestoreAnswer::On("dockerd reports LiveRestoreEnabled".into()),
+            _ => LiveRestoreAnswer::Off("dockerd runs without live-restore: stopping it kills every container (set \"live-restore\": true in daemon.json and reload dockerd first)".into()),
+        }
     }
     fn live_containers(&self, endpoint: &str) -> Result<Vec<LiveContainer>, StoreError> {
         let socket = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
