@@ -847,7 +847,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
         ));
     }
     let summary = summarize(&records, input.to);
-    let mut hazards: Vec<Hazard> = input.scan.warnings.iter().map(Hazard::from).collect();
+    let mut hazards: Vec<Hazard> = input.scan.warnings.clone();
     hazards.extend(crate::hazard::version_hazards(
         input.runtime,
         from_v,
