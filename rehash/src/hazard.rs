@@ -2,7 +2,8 @@
 //! store's own come from its scan): what an operator must know (or fix) before the window,
 //! each a [`Hazard`] with a stable code (docs/report.md).
 
-use crate::plan::{Action, PlanRecord};
+use crate::node::ApiFacts;
+use crate::report::{Action, PlanRecord};
 use hashcompat::KubeletVersion;
 use serde::Deserialize;
 use storepatch::RuntimeKind;
@@ -209,7 +210,7 @@ pub fn readiness_reset_hazard(
 /// its control plane is how nodes go NotReady after an "in-place" upgrade: the API server must
 /// be upgraded first. Both are `block` hazards; an API server version that does not parse is a
 /// `warn`, the policy then unchecked.
-pub fn version_skew_hazards(api: &crate::plan::ApiFacts, to: KubeletVersion) -> Vec<Hazard> {
+pub fn version_skew_hazards(api: &ApiFacts, to: KubeletVersion) -> Vec<Hazard> {
     let reference = "https://kubernetes.io/releases/version-skew-policy/#kubelet";
     let server: KubeletVersion = match api.server_version.parse() {
         Ok(v) => v,

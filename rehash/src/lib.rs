@@ -66,6 +66,7 @@ pub mod plan;
 pub mod pods;
 pub mod progress;
 mod recover;
+pub mod report;
 pub mod rollback;
 pub mod static_pods;
 pub mod upgrade;
@@ -73,15 +74,13 @@ pub mod verify;
 
 pub use error::{Error, ErrorClass};
 pub use hashcompat::{Hash, KubeletVersion as Version};
-pub use hazard::{Hazard, Severity};
-pub use node::{default_backup_dir, StoreLocation};
+pub use node::{default_backup_dir, ApiFacts, InstalledKubelet, StoreLocation};
 pub use patch::{patch, BackupOptions, PatchReport};
-pub use plan::{
-    Action, ApiFacts, From, InstalledKubelet, NodeFiles, PhaseTiming, Plan, PlanRecord, Stage,
-    Summary, Timings, REPORT_FORMAT,
-};
+pub use plan::{From, NodeFiles};
 pub use progress::{Event, Progress, Silent};
+pub use report::{Action, PhaseTiming, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT};
 pub use rollback::{rollback, rollback_values, ValueRollback};
+pub use storepatch::{Hazard, Severity};
 pub use upgrade::{
     upgrade, NodeControl, SystemNode, UpgradeOptions, UpgradeReport, UpgradeResult, UpgradeState,
 };
