@@ -1228,7 +1228,9 @@ fn a_second_run_on_a_locked_store_refuses_naming_the_holder() {
 
     // 1. held by this process through the library
     {
-        let _held = storepatch::lock::StoreLock::acquire(&node.store_root()).unwrap();
+        let _held =
+            storepatch::session::hold(&node.store_root(), &storepatch::session::StateDirs::local())
+                .unwrap();
         let me = format!("pid {}", std::process::id());
         let bk = tmp.path().join("bk-held");
         let r = node.patch(&first, &bk);
@@ -1345,7 +1347,7 @@ fn the_lock_holds_for_a_run_with_another_run_dir() {
     assert_eq!(pid, holder.id(), "the store root is flocked by the holder");
     // its pid file is in its own lock directory, so from here the holder is unknown — but the
     // store is locked
-    match storepatch::lock::StoreLock::acquire(&node.store_root()) {
+    match storepatch::session::hold(&node.store_root(), &storepatch::session::StateDirs::local()) {
         Err(storepatch::StoreError::Locked { pid, .. }) => {
             assert_eq!(
                 pid, None,
@@ -1374,7 +1376,7 @@ fn the_lock_holds_for_a_run_with_another_run_dir() {
     }
     let done = Run::from(holder.wait_with_output().unwrap());
     assert!(done.ok() || done.code == Some(4), "{done:?}");
-    storepatch::lock::StoreLock::acquire(&node.store_root())
+    storepatch::session::hold(&node.store_root(), &storepatch::session::StateDirs::local())
         .expect("released when the holder ended");
 }
 

@@ -105,7 +105,7 @@ pub enum Error {
         /// The backup of the originals.
         backup_dir: PathBuf,
         /// The patch report as far as it got.
-        report: Box<crate::Plan>,
+        report: Box<crate::report::Plan>,
     },
 
     /// Byte rollback found a file changed since the patch; nothing was restored.

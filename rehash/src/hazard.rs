@@ -1,80 +1,16 @@
-//! Hazards outside the hash: what an operator must know (or fix) before the window, each with
-//! a stable code so fleet tooling acts on `code` and `severity` instead of parsing sentences.
-//! The codes are listed in docs/report.md; a code is never reused for another meaning.
+//! Hazards outside the hash that the plan finds in the versions, the pods and the node (a
+//! store's own come from its scan): what an operator must know (or fix) before the window,
+//! each a [`Hazard`] with a stable code (docs/report.md).
 
-use crate::plan::{Action, PlanRecord};
+use crate::node::ApiFacts;
+use crate::report::{Action, PlanRecord};
 use hashcompat::KubeletVersion;
-use serde::{Deserialize, Serialize};
-use storepatch::{RuntimeKind, Warning};
+use serde::Deserialize;
+use storepatch::RuntimeKind;
 
-pub use storepatch::Severity;
-
-/// One hazard of the plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hazard {
-    /// Stable, kebab-case (docs/report.md).
-    pub code: String,
-    /// `block`: `patch` refuses (exit 3, nothing written) until it is dealt with; `warn`: shown.
-    pub severity: Severity,
-    /// What it means and what to do.
-    pub message: String,
-    /// The files it is about.
-    #[serde(default)]
-    pub files: Vec<String>,
-    /// The container (or sandbox) ids it is about.
-    #[serde(default)]
-    pub containers: Vec<String>,
-    /// Where the upstream behaviour is documented (issue, changelog, source).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reference: Option<String>,
-}
-
-impl Hazard {
-    /// A `warn` hazard.
-    pub fn warn(code: &str, message: impl Into<String>) -> Self {
-        Hazard {
-            code: code.to_string(),
-            severity: Severity::Warn,
-            message: message.into(),
-            files: Vec::new(),
-            containers: Vec::new(),
-            reference: None,
-        }
-    }
-
-    /// A `block` hazard.
-    pub fn block(code: &str, message: impl Into<String>) -> Self {
-        Hazard {
-            severity: Severity::Block,
-            ..Hazard::warn(code, message)
-        }
-    }
-
-    /// Names the upstream reference.
-    pub fn reference(mut self, r: &str) -> Self {
-        self.reference = Some(r.to_string());
-        self
-    }
-
-    /// Names the containers.
-    pub fn containers(mut self, ids: impl IntoIterator<Item = String>) -> Self {
-        self.containers.extend(ids);
-        self
-    }
-}
-
-impl From<&Warning> for Hazard {
-    fn from(w: &Warning) -> Self {
-        Hazard {
-            code: w.code.to_string(),
-            severity: w.severity,
-            message: w.message.clone(),
-            files: w.files.clone(),
-            containers: Vec::new(),
-            reference: None,
-        }
-    }
-}
+/// The one hazard type, which store scans emit too; re-exported where this crate's users
+/// found it.
+pub use storepatch::{Hazard, Severity};
 
 /// Known upgrade (and downgrade) hazards outside the hash, from the versions, the runtime and
 /// the records.
@@ -85,7 +21,7 @@ pub(crate) fn version_hazards(
     records: &[PlanRecord],
 ) -> Vec<Hazard> {
     let mut w = Vec::new();
-    if runtime == RuntimeKind::Docker && to.minor() >= 24 && from.minor() < 24 {
+    if runtime.runtime().behind_dockershim() && to.minor() >= 24 && from.minor() < 24 {
         w.push(
             Hazard::warn(
                 "dockershim-removed",
@@ -96,7 +32,7 @@ pub(crate) fn version_hazards(
             .reference("https://kubernetes.io/blog/2022/02/17/dockershim-faq/"),
         );
     }
-    if runtime == RuntimeKind::Docker && to.minor() < 24 && from.minor() >= 24 {
+    if runtime.runtime().behind_dockershim() && to.minor() < 24 && from.minor() >= 24 {
         w.push(Hazard::warn(
             "dockershim-returns",
             format!(
@@ -274,7 +210,7 @@ pub fn readiness_reset_hazard(
 /// its control plane is how nodes go NotReady after an "in-place" upgrade: the API server must
 /// be upgraded first. Both are `block` hazards; an API server version that does not parse is a
 /// `warn`, the policy then unchecked.
-pub fn version_skew_hazards(api: &crate::plan::ApiFacts, to: KubeletVersion) -> Vec<Hazard> {
+pub fn version_skew_hazards(api: &ApiFacts, to: KubeletVersion) -> Vec<Hazard> {
     let reference = "https://kubernetes.io/releases/version-skew-policy/#kubelet";
     let server: KubeletVersion = match api.server_version.parse() {
         Ok(v) => v,

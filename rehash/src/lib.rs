@@ -69,6 +69,7 @@ pub mod patch;
 pub mod plan;
 pub mod pods;
 pub mod progress;
+pub mod report;
 pub mod rollback;
 pub mod static_pods;
 pub mod upgrade;
@@ -76,15 +77,13 @@ pub mod verify;
 
 pub use error::{Error, ErrorClass};
 pub use hashcompat::{Hash, KubeletVersion as Version};
-pub use hazard::{Hazard, Severity};
-pub use node::{default_backup_dir, StoreLocation};
+pub use node::{default_backup_dir, ApiFacts, InstalledKubelet, StoreLocation};
 pub use patch::{patch, BackupOptions, PatchReport};
-pub use plan::{
-    Action, ApiFacts, From, InstalledKubelet, NodeFiles, PhaseTiming, Plan, PlanRecord, Stage,
-    Summary, Timings, REPORT_FORMAT,
-};
+pub use plan::{From, NodeFiles};
 pub use progress::{Event, Progress, Silent};
+pub use report::{Action, PhaseTiming, Plan, PlanRecord, Stage, Summary, Timings, REPORT_FORMAT};
 pub use rollback::{rollback, rollback_values, ValueRollback};
+pub use storepatch::{Hazard, Severity};
 pub use upgrade::{
     upgrade, NodeControl, NodeError, SystemNode, UpgradeOptions, UpgradeReport, UpgradeResult,
     UpgradeState,

@@ -1,5 +1,7 @@
 //! Finding and opening a node's store. Which runtime, where its root is and what options it
-//! reads are all decided by `storepatch`'s runtime descriptors; this only combines them.
+//! reads are all decided by `storepatch`'s runtime descriptors; this only combines them. Also
+//! what witnesses of the node's kubelet say of it ([`ApiFacts`], [`InstalledKubelet`]), as
+//! plain data that the plan and its hazard checks judge.
 
 use crate::error::Error;
 use std::path::{Path, PathBuf};
@@ -7,6 +9,34 @@ use storepatch::layout::DetectError;
 use storepatch::layout::HostRoot;
 use storepatch::session::StateDirs;
 use storepatch::{RuntimeKind, RuntimeStore, StoreOptions};
+
+/// The installed kubelet binary and its own `--version` (`Kubernetes v1.36.3`): offline, the
+/// witness of the running kubelet's version where the stored hashes allow several (1.23 and
+/// 1.24 hash every spec alike). A binary replaced on disk before the kubelet was restarted
+/// says the new version: the hashes then disagree, and the plan blocks naming both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstalledKubelet {
+    /// The binary.
+    pub path: String,
+    /// Its `--version` output's version word (`v1.36.3`).
+    pub version: String,
+}
+
+/// What the API server said of itself and of the node (issue 36), as plain data: the
+/// `nodeapi` crate asks, the plan judges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiFacts {
+    /// The API server's URL.
+    pub server: String,
+    /// Who asked (the client certificate's subject).
+    pub identity: String,
+    /// The API server's `gitVersion` (`v1.37.2`).
+    pub server_version: String,
+    /// The Node's name.
+    pub node: String,
+    /// The Node's `status.nodeInfo.kubeletVersion` (`v1.36.3`; empty when never reported).
+    pub node_kubelet_version: String,
+}
 
 /// Where a node's store is: any part left `None` is found (the runtime from the root's
 /// layout, the root from the layouts of the runtime, or the one store among every known

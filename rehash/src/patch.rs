@@ -1,14 +1,13 @@
 //! patch: refuse while the runtime runs, pre-check, back up, rewrite, read back.
 
 use crate::error::Error;
-use crate::hazard::Severity;
-use crate::plan::{Plan, Stage};
 use crate::progress::{Event, Progress};
+use crate::report::{PhaseTiming, Plan, Stage};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 use storepatch::session::{Intent, Session, StateDirs};
-use storepatch::{RuntimeStore, StoreRecord};
+use storepatch::{RuntimeStore, Severity, StoreRecord};
 
 /// Where the backup goes, and what else the patch may do to the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,7 +177,7 @@ pub fn patch(
     report.timings.apply_phases = outcome
         .phases
         .iter()
-        .map(|&(phase, ms)| crate::plan::PhaseTiming {
+        .map(|&(phase, ms)| PhaseTiming {
             phase: phase.to_string(),
             ms,
         })

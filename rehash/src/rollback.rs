@@ -2,7 +2,7 @@
 
 use crate::error::Error;
 use crate::node::{unix_now, StoreLocation};
-use crate::plan::{Action, Plan};
+use crate::report::{Action, Plan};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use storepatch::backup::RollbackReport;

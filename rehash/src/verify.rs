@@ -2,8 +2,8 @@
 //! reports the target hash for every rewritten container, which still runs with its pid.
 
 use crate::error::Error;
-use crate::plan::{Action, Plan};
 use crate::pods::ContainerState;
+use crate::report::{Action, CriDockerdSwitch, Plan, PlanRecord};
 use std::collections::HashMap;
 
 /// The offline check of a plan made after the patch.
@@ -204,8 +204,8 @@ pub fn verify_live(report: &Plan, endpoint: Option<&str>) -> Result<LiveVerifica
 #[cfg(feature = "live")]
 fn verify_through_cri_dockerd(
     _report: &Plan,
-    rewritten: &[&crate::plan::PlanRecord],
-    switch: &crate::cri_dockerd::CriDockerdSwitch,
+    rewritten: &[&PlanRecord],
+    switch: &CriDockerdSwitch,
     endpoint: &str,
 ) -> Result<LiveVerification, Error> {
     use storepatch::live::cri::CriClient;
@@ -274,8 +274,8 @@ fn verify_through_cri_dockerd(
 #[cfg(not(feature = "live"))]
 fn verify_through_cri_dockerd(
     _report: &Plan,
-    _rewritten: &[&crate::plan::PlanRecord],
-    _switch: &crate::cri_dockerd::CriDockerdSwitch,
+    _rewritten: &[&PlanRecord],
+    _switch: &CriDockerdSwitch,
     endpoint: &str,
 ) -> Result<LiveVerification, Error> {
     Err(storepatch::StoreError::Live(format!(
@@ -286,7 +286,7 @@ fn verify_through_cri_dockerd(
 
 /// What is wrong with each rewritten container, by what the runtime reports.
 fn container_problems(
-    rewritten: &[&crate::plan::PlanRecord],
+    rewritten: &[&PlanRecord],
     live: &HashMap<String, storepatch::LiveContainer>,
 ) -> Vec<LiveProblem> {
     let mut problems = Vec::new();

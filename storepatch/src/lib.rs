@@ -60,6 +60,7 @@ pub mod containerd;
 pub mod contract;
 pub mod crio;
 pub mod docker;
+pub mod hazard;
 pub mod heap;
 pub mod jsonspan;
 pub mod layout;
@@ -77,6 +78,7 @@ pub use contract::{
 };
 pub use error::StoreError;
 pub use hashcompat::Hash;
+pub use hazard::{Hazard, Severity};
 
 use serde::Serialize;
 use std::path::Path;
@@ -188,63 +190,13 @@ impl StoreRecord {
     }
 }
 
-/// Everything a scan found, plus store-level warnings (e.g. `live-restore` off).
+/// Everything a scan found, plus the store's hazards (e.g. `live-restore` off).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ScanReport {
     /// Every record, in the store's order.
     pub records: Vec<StoreRecord>,
     /// Hazards of this store an operator must see.
-    pub warnings: Vec<Warning>,
-}
-
-/// How much a hazard weighs for the patch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// Shown; the patch goes on (the operator decides).
-    Warn,
-    /// The patch refuses (nothing written) until the operator has dealt with it.
-    Block,
-}
-
-/// A store-level hazard with a stable code, so fleet tooling can act on it without parsing the
-/// sentence (the codes are listed in docs/report.md and never reused for another meaning).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Warning {
-    /// Stable, kebab-case: `docker-live-restore-unknown`, `crio-version-file-missing`, ….
-    pub code: &'static str,
-    /// Block or warn.
-    pub severity: Severity,
-    /// What it means and what to do, for a human.
-    pub message: String,
-    /// The files it is about (may be empty).
-    pub files: Vec<String>,
-}
-
-impl Warning {
-    /// A `warn` hazard.
-    pub fn warn(code: &'static str, message: impl Into<String>) -> Self {
-        Warning {
-            code,
-            severity: Severity::Warn,
-            message: message.into(),
-            files: Vec::new(),
-        }
-    }
-
-    /// A `block` hazard.
-    pub fn block(code: &'static str, message: impl Into<String>) -> Self {
-        Warning {
-            severity: Severity::Block,
-            ..Warning::warn(code, message)
-        }
-    }
-
-    /// The same hazard, naming a file.
-    pub fn about(mut self, file: &Path) -> Self {
-        self.files.push(file.display().to_string());
-        self
-    }
+    pub warnings: Vec<Hazard>,
 }
 
 /// The new hash values for one record. `hash_without_resources` is written only where the

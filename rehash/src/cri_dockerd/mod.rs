@@ -19,14 +19,14 @@ pub mod checkpoint;
 pub mod flags;
 
 use crate::error::Error;
-use crate::hazard::Hazard;
-use crate::plan::{Plan, RecordClass};
 use crate::pods::PodNetworks;
+use crate::report::{Plan, PlanRecord, RecordClass};
 use checkpoint::{SandboxCheckpoint, Writer};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use storepatch::layout::HostRoot;
+use storepatch::Hazard;
 
 /// dockershim's checkpoint directory on a node (kubelet ≤ 1.23 default).
 pub const DOCKERSHIM_SANDBOX_DIR: &str = "/var/lib/dockershim/sandbox";
@@ -41,6 +41,10 @@ pub const BINARY_PATHS: [&str; 2] = ["/usr/bin/cri-dockerd", "/usr/local/bin/cri
 /// The backup's list of the checkpoints a patch copied (rollback removes them).
 pub const COPIED_LIST: &str = "cri-dockerd-checkpoints.json";
 
+/// The switch as the report records it lives with the report's other types; named here too,
+/// where it has always been found.
+pub use crate::report::{CarryOver, CriDockerdSwitch, ExpectedSandbox};
+
 /// What the operator gives (each `None`: the node's default, under the host root).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SwitchOptions {
@@ -54,59 +58,6 @@ pub struct SwitchOptions {
     pub endpoint: Option<String>,
     /// The node's `/` (a privileged Job's `/host`).
     pub host_root: Option<PathBuf>,
-}
-
-/// One checkpoint patch copies.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CarryOver {
-    /// The sandbox id (the file's name).
-    pub sandbox: String,
-    /// dockershim's file.
-    pub source: String,
-    /// cri-dockerd's file.
-    pub target: String,
-    /// sha256 of the source as planned (patch refuses when it changed since).
-    pub source_sha256: String,
-    /// sha256 of what patch writes.
-    pub target_sha256: String,
-    /// The target already holds exactly that (a rerun): nothing to copy.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub present: bool,
-}
-
-/// A sandbox the target kubelet will ask cri-dockerd about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExpectedSandbox {
-    /// The sandbox id.
-    pub id: String,
-    /// `namespace/name` of its pod.
-    pub pod: String,
-    /// The pod uses the node's network (cri-dockerd reports no IP for it).
-    pub host_network: bool,
-    /// The pod's IP as the API server knows it (`status.podIP`), for a pod network of its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_ip: Option<String>,
-}
-
-/// The switch as planned (the report's `cri_dockerd`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CriDockerdSwitch {
-    /// The binary found (or given), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub binary: Option<String>,
-    /// Its `--version`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    /// dockershim's checkpoint directory.
-    pub dockershim_dir: String,
-    /// cri-dockerd's root directory.
-    pub root: String,
-    /// cri-dockerd's CRI endpoint: `verify --live` asks it.
-    pub endpoint: String,
-    /// The checkpoints to copy.
-    pub checkpoints: Vec<CarryOver>,
-    /// Every running sandbox.
-    pub sandboxes: Vec<ExpectedSandbox>,
 }
 
 /// Whether the switch applies: a store of a runtime behind dockershim (Docker) crossing from
@@ -345,7 +296,7 @@ pub fn plan_switch_with_networks(
             "the node already runs cri-dockerd: {} holds its sandboxes' checkpoints and {} none (the stored hashes prove kubelet {}, which includes versions after dockershim); no switch is planned",
             target_dir.display(),
             dockershim_dir.display(),
-            crate::plan::ranges(&plan.from_candidates.iter().copied().collect())
+            crate::report::ranges(&plan.from_candidates.iter().copied().collect())
         );
         let removed: Vec<String> = plan
             .hazards
@@ -415,7 +366,7 @@ pub fn plan_switch_with_networks(
     }
 
     // 2. the checkpoints
-    let running: Vec<&crate::plan::PlanRecord> = plan
+    let running: Vec<&PlanRecord> = plan
         .records
         .iter()
         .filter(|r| r.kind == RecordClass::Sandbox && r.pid.is_some())

@@ -489,7 +489,7 @@ impl ContainerdStore {
 
     /// meta.db opened for reading: mapped under a shared flock when it is free, otherwise a
     /// private snapshot (second value: a warning).
-    fn read_db(&self) -> Result<(Db, Option<crate::Warning>, Flocked), StoreError> {
+    fn read_db(&self) -> Result<(Db, Option<crate::Hazard>, Flocked), StoreError> {
         let file = Flocked(self.open_db_file(false)?);
         let locked =
             try_flock(&file, libc::LOCK_SH).map_err(|e| StoreError::io(&self.db_path, e))?;
@@ -506,7 +506,7 @@ impl ContainerdStore {
             Ok((
                 db,
                 Some(
-                    crate::Warning::warn(
+                    crate::Hazard::warn(
                         "containerd-meta-db-locked",
                         format!(
                             "{}; scanned a snapshot that may already be stale",
@@ -1394,7 +1394,7 @@ impl RuntimeStore for ContainerdStore {
         }
         if !check.freelist.is_empty() {
             report.warnings.push(
-                crate::Warning::block(
+                crate::Hazard::block(
                     "containerd-freelist-inconsistent",
                     format!(
                         "{}: the freelist is inconsistent ({}); containerd can read the file but this tool will not write it",

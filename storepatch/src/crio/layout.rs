@@ -140,7 +140,7 @@ impl CrioStore {
     /// `<graphroot>/<driver>-containers` directories (normally only `overlay-containers`).
     pub(super) fn container_dirs(
         &self,
-        warnings: &mut Vec<crate::Warning>,
+        warnings: &mut Vec<crate::Hazard>,
     ) -> Result<Vec<PathBuf>, StoreError> {
         let mut out = Vec::new();
         let rd = fs::read_dir(&self.graphroot).map_err(|e| StoreError::io(&self.graphroot, e))?;
@@ -154,7 +154,7 @@ impl CrioStore {
             let meta = fs::symlink_metadata(&path).map_err(|e| StoreError::io(&path, e))?;
             if meta.file_type().is_symlink() {
                 warnings.push(
-                    crate::Warning::warn(
+                    crate::Hazard::warn(
                         "crio-containers-dir-symlink",
                         format!(
                             "{} is a symbolic link; not followed (it could point outside the store), its containers are not scanned",
@@ -214,11 +214,11 @@ impl CrioStore {
         }
     }
 
-    pub(super) fn warnings(&self) -> Vec<crate::Warning> {
-        use crate::Warning;
+    pub(super) fn hazards(&self) -> Vec<crate::Hazard> {
+        use crate::Hazard;
         let mut w = Vec::new();
         if let Some(n) = &self.runroot_note {
-            w.push(Warning::warn("crio-runroot-not-found", n.clone()));
+            w.push(Hazard::warn("crio-runroot-not-found", n.clone()));
         }
         let vf = self.version_file.display();
         match fs::read(&self.version_file) {
@@ -227,16 +227,16 @@ impl CrioStore {
                 let version = serde_json::from_str::<String>(text.trim())
                     .unwrap_or_else(|_| text.trim().to_string());
                 let mm = major_minor(&version);
-                w.push(Warning::warn("crio-version-file", format!(
+                w.push(Hazard::warn("crio-version-file", format!(
                     "CRI-O version file {vf} says {version:?}: a CRI-O whose major.minor is not {} (an in-place CRI-O upgrade), or any CRI-O after a reboot (the file is on tmpfs and will be gone), removes every pod at its first start when internal_wipe = true (the default), whatever the hashes say. Upgrade only the kubelet, keep CRI-O at {} until the pods are adopted. kubelet-rehash never touches this file.",
                     mm.as_deref().unwrap_or("the same"),
                     mm.as_deref().unwrap_or("the same version"),
                 )).about(&self.version_file));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => w.push(Warning::warn("crio-version-file-missing", format!(
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => w.push(Hazard::warn("crio-version-file-missing", format!(
                 "CRI-O version file {vf} is missing: a CRI-O started now with internal_wipe = true (the default) removes every pod at start, whatever the hashes say (rewriting them cannot prevent that). kubelet-rehash never creates or touches this file."
             )).about(&self.version_file)),
-            Err(e) => w.push(Warning::warn("crio-version-file-unreadable", format!(
+            Err(e) => w.push(Hazard::warn("crio-version-file-unreadable", format!(
                 "CRI-O version file {vf} cannot be read ({e}): if CRI-O finds it missing or naming another major.minor at start it removes every pod (internal_wipe = true, the default)."
             )).about(&self.version_file)),
         }
@@ -244,7 +244,7 @@ impl CrioStore {
             .clean_shutdown_file
             .with_file_name("clean.shutdown.supported");
         if supported.exists() && !self.clean_shutdown_file.exists() {
-            w.push(Warning::warn("crio-unclean-shutdown", format!(
+            w.push(Hazard::warn("crio-unclean-shutdown", format!(
                 "{} is missing while {} exists: CRI-O did not shut down cleanly (or is running); with internal_repair = true it checks, repairs or wipes the storage at its next start. kubelet-rehash never touches this marker.",
                 self.clean_shutdown_file.display(),
                 supported.display()

@@ -174,7 +174,7 @@ impl RuntimeStore for CrioStore {
         }
         dirs.sort();
         let records: Vec<StoreRecord> = dirs.par_iter().map(|d| self.scan_one(d)).collect();
-        warnings.extend(self.warnings());
+        warnings.extend(self.hazards());
         Ok(ScanReport { records, warnings })
     }
 

@@ -604,7 +604,7 @@ impl RuntimeStore for DockerStore {
             .collect();
         records.sort_by(|a, b| a.id.cmp(&b.id));
         let mut warnings = Vec::new();
-        warnings.extend(self.live_restore().warning());
+        warnings.extend(self.live_restore().hazard());
         // Undecodable records are reported by the plan, with their ids (one hazard, not two).
         Ok(ScanReport { records, warnings })
     }

@@ -78,14 +78,14 @@ impl LiveRestore {
     }
 
     /// The loud warning a plan must carry when live-restore is not known to be on.
-    pub fn warning(&self) -> Option<crate::Warning> {
+    pub fn hazard(&self) -> Option<crate::Hazard> {
         match self {
             LiveRestore::On(_) => None,
             // The pre-check refuses the patch on a known "off": block.
-            LiveRestore::Off(src) => Some(crate::Warning::block("docker-live-restore-off", format!(
+            LiveRestore::Off(src) => Some(crate::Hazard::block("docker-live-restore-off", format!(
                 "DANGER: dockerd live-restore is OFF ({src}): stopping dockerd KILLS EVERY CONTAINER on this node, and the rewritten hashes then protect nothing. Enable \"live-restore\": true in daemon.json and reload dockerd (SIGHUP) before stopping it"
             ))),
-            LiveRestore::Unknown(why) => Some(crate::Warning::warn("docker-live-restore-unknown", format!(
+            LiveRestore::Unknown(why) => Some(crate::Hazard::warn("docker-live-restore-unknown", format!(
                 "DANGER: cannot tell whether dockerd live-restore is on ({why}): without it stopping dockerd KILLS EVERY CONTAINER. Check it (docker info: Live Restore Enabled) before stopping dockerd"
             ))),
         }
@@ -296,7 +296,7 @@ mod tests {
         fs::write(&dj, b"{not json").unwrap();
         let lr = live_restore(None, &pf, &dj, own(), &HostRoot::none());
         assert!(matches!(lr, LiveRestore::Unknown(_)));
-        let w = lr.warning().unwrap();
+        let w = lr.hazard().unwrap();
         assert_eq!(w.code, "docker-live-restore-unknown");
         assert!(w.message.contains("KILLS EVERY CONTAINER"));
         fs::write(&dj, br#"{}"#).unwrap();
@@ -306,10 +306,10 @@ mod tests {
         ));
         fs::write(&dj, br#"{"live-restore": false}"#).unwrap();
         let w = live_restore(None, &pf, &dj, own(), &HostRoot::none())
-            .warning()
+            .hazard()
             .unwrap();
         assert_eq!(
-            (w.code, w.severity),
+            (w.code.as_str(), w.severity),
             ("docker-live-restore-off", crate::Severity::Block)
         );
         assert!(w.message.contains("live-restore is OFF"));
