@@ -5,7 +5,12 @@
 //! A fleet agent (a DaemonSet, a Cluster API in-place-update extension, a controller) links
 //! this crate and gets typed results; the `kubelet-rehash` command is a thin layer over it.
 //! Everything runtime-specific (Docker, containerd, CRI-O) lives behind
-//! [`storepatch::RuntimeStore`] and [`storepatch::Runtime`]; this crate never names a runtime.
+//! [`storepatch::RuntimeStore`] and [`storepatch::Runtime`]: this crate never matches on a
+//! runtime's kind, it asks the runtime's descriptor (its service unit, what keeps its
+//! containers through a stop, its backup's size, whether it sits behind dockershim). The one
+//! runtime-specific workflow here, the dockershim → cri-dockerd switch ([`cri_dockerd`]),
+//! applies to whichever runtime says it is behind dockershim. Every write to a store goes
+//! through one [`storepatch::session::Session`].
 //!
 //! The steps, for one node:
 //! 1. [`StoreLocation::open`] finds the store among the node's known layouts

@@ -13,8 +13,20 @@
 //! * [`backup::rollback`] restores every original byte for byte, and refuses, naming the file,
 //!   when a file matches neither side of the manifest.
 //!
+//! How the crate is laid out, so that adding a runtime touches its own module and the registry:
+//!
+//! * the contract — this root's record types and [`contract`] ([`Runtime`], [`RuntimeKind`],
+//!   [`StoreOptions`]) — is all a back-end imports, with [`node`] (the host root, the procfs)
+//!   and the write safety of the `storesafe` crate ([`atomic`], [`backup`], [`session`], …,
+//!   re-exported here);
+//! * the back-ends ([`docker`], [`containerd`], [`crio`]) never import each other or the
+//!   registry;
+//! * the registry — [`runtime`] (a kind's descriptor) and [`layout`] (detecting a runtime,
+//!   finding a store among a node's layouts) — is the one place that names every back-end.
+//!
 //! What differs between runtimes beyond the format (names, default roots and sockets, how a
-//! root is recognised, the live client) is in [`runtime`]: callers hold a [`RuntimeKind`] and a
+//! root is recognised, the live client, the service unit, what keeps the containers through a
+//! stop) is each back-end's [`Runtime`] descriptor: callers hold a [`RuntimeKind`] and a
 //! `Box<dyn RuntimeStore>` and never match on the runtime themselves.
 //!
 //! ```

@@ -129,7 +129,7 @@ pub struct UpgradeOptions {
     /// Where this run's backups go (must not exist, or be empty): the store's in `store/`, the
     /// old kubelet binary in `kubelet/`.
     pub backup_dir: PathBuf,
-    /// Move checkpoints the target kubelet rejects into the backup (see [`BackupOptions`]).
+    /// Move checkpoints the target kubelet rejects into the backup (see [`crate::BackupOptions`]).
     pub set_aside_checkpoints: bool,
     /// The installed kubelet binary (resolved on the node already).
     pub kubelet_path: PathBuf,
