@@ -5,12 +5,12 @@
 
 use crate::error::StoreError;
 use crate::fault;
-pub use storage::Backend;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+pub use storage::Backend;
 
 #[cfg(feature = "test-support")]
 pub mod sim;

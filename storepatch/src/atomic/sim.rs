@@ -277,11 +277,7 @@ impl CrashSim {
             Outcome { name, disk }
         };
         let mut out = vec![
-            build(
-                "no volatile change survived".into(),
-                &|_| false,
-                &|_| false,
-            ),
+            build("no volatile change survived".into(), &|_| false, &|_| false),
             build(
                 "every name change survived, no volatile byte".into(),
                 &|_| true,
