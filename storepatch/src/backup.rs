@@ -365,17 +365,7 @@ impl Backup {
         meta: FileMeta,
         new_sha256: Option<String>,
     ) -> Result<(), StoreError> {
-        let index = self.manifest.entries.len();
-        let entry = write_copy(
-            &self.dir,
-            index,
-            path,
-            original,
-            meta,
-            new_sha256,
-            &mut self.created_files,
-            &self.storage,
-        )?;
+        let entry = self.write_copy(path, original, meta, new_sha256)?;
         self.manifest.entries.push(entry);
         Ok(())
     }
@@ -411,17 +401,7 @@ impl Backup {
         original: &[u8],
         meta: FileMeta,
     ) -> Result<(), StoreError> {
-        let index = self.manifest.entries.len();
-        let mut entry = write_copy(
-            &self.dir,
-            index,
-            path,
-            original,
-            meta,
-            None,
-            &mut self.created_files,
-            &self.storage,
-        )?;
+        let mut entry = self.write_copy(path, original, meta, None)?;
         entry.set_aside = true;
         self.manifest.entries.push(entry);
         Ok(())
@@ -511,48 +491,48 @@ impl Backup {
     }
 }
 
-/// Writes the backup copy number `index` of `path` into `dir` (mode 0600, never over an
-/// existing file) and returns its manifest entry.
-fn write_copy(
-    dir: &Path,
-    index: usize,
-    path: &Path,
-    original: &[u8],
-    meta: FileMeta,
-    new_sha256: Option<String>,
-    created: &mut Vec<PathBuf>,
-    storage: &atomic::Backend,
-) -> Result<ManifestEntry, StoreError> {
-    let base = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".into());
-    let backup_file = format!("{index:06}-{base}");
-    let copy = dir.join(&backup_file);
-    let mut f = create_private(&copy, storage)?;
-    created.push(copy.clone());
-    fault::point("backup-write");
-    // A large file (containerd's meta.db, tens of MB) is hashed while it is being written.
-    let (written, sha256_original) = if original.len() >= 1 << 20 {
-        rayon::join(|| f.write_all(original), || sha256_hex(original))
-    } else {
-        (f.write_all(original), sha256_hex(original))
-    };
-    written.map_err(|e| StoreError::io(&copy, e))?;
-    Ok(ManifestEntry {
-        path: path.to_path_buf(),
-        backup_file,
-        offset: None,
-        mode: meta.mode,
-        uid: meta.uid,
-        gid: meta.gid,
-        size: original.len() as u64,
-        sha256_original,
-        sha256_new: new_sha256,
-        set_aside: false,
-        pages: None,
-        intent: None,
-    })
+impl Backup {
+    /// Writes the next backup copy (number: the manifest's next entry) of `path` into the
+    /// backup directory (mode 0600, never over an existing file) and returns its manifest entry.
+    fn write_copy(
+        &mut self,
+        path: &Path,
+        original: &[u8],
+        meta: FileMeta,
+        new_sha256: Option<String>,
+    ) -> Result<ManifestEntry, StoreError> {
+        let index = self.manifest.entries.len();
+        let base = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".into());
+        let backup_file = format!("{index:06}-{base}");
+        let copy = self.dir.join(&backup_file);
+        let mut f = create_private(&copy, &self.storage)?;
+        self.created_files.push(copy.clone());
+        fault::point("backup-write");
+        // A large file (containerd's meta.db, tens of MB) is hashed while it is being written.
+        let (written, sha256_original) = if original.len() >= 1 << 20 {
+            rayon::join(|| f.write_all(original), || sha256_hex(original))
+        } else {
+            (f.write_all(original), sha256_hex(original))
+        };
+        written.map_err(|e| StoreError::io(&copy, e))?;
+        Ok(ManifestEntry {
+            path: path.to_path_buf(),
+            backup_file,
+            offset: None,
+            mode: meta.mode,
+            uid: meta.uid,
+            gid: meta.gid,
+            size: original.len() as u64,
+            sha256_original,
+            sha256_new: new_sha256,
+            set_aside: false,
+            pages: None,
+            intent: None,
+        })
+    }
 }
 
 impl Drop for Backup {

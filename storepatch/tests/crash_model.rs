@@ -66,12 +66,15 @@ fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         .collect()
 }
 
+/// The files a patch rewrites: path → (original bytes, new bytes).
+type Targets = BTreeMap<PathBuf, (Vec<u8>, Vec<u8>)>;
+
 /// One writer and its node: how to lay the store out, and how to patch it.
 struct Writer {
     name: &'static str,
     /// Copies the store into the (canonical) directory and returns every rewritten file:
     /// path → (original bytes, new bytes).
-    setup: fn(&Path) -> BTreeMap<PathBuf, (Vec<u8>, Vec<u8>)>,
+    setup: fn(&Path) -> Targets,
     /// Patches the store copied into the directory, store and backup through `storage`; the
     /// backup goes to `<dir>/backup`.
     apply: fn(&Path, Backend) -> Result<ApplyOutcome, StoreError>,
@@ -101,7 +104,7 @@ fn docker_rewrites() -> Vec<Rewrite> {
         .collect()
 }
 
-fn docker_setup(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, Vec<u8>)> {
+fn docker_setup(dir: &Path) -> Targets {
     let node = fixtures().join(DOCKER_NODE);
     let containers = docker_root(dir).join("containers");
     copy_tree(&node.join("var/lib/docker/containers"), &containers);
@@ -164,7 +167,7 @@ fn crio_rewrites() -> Vec<Rewrite> {
         .collect()
 }
 
-fn crio_setup(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, Vec<u8>)> {
+fn crio_setup(dir: &Path) -> Targets {
     let fx = fixtures().join(CRIO_NODE);
     let node = dir.join("node");
     copy_tree(&fx.join("var"), &node.join("var"));
@@ -203,7 +206,7 @@ struct Run {
     /// Every file of the store before the patch.
     before: BTreeMap<PathBuf, Vec<u8>>,
     /// The rewritten files: path → (old, new).
-    targets: BTreeMap<PathBuf, (Vec<u8>, Vec<u8>)>,
+    targets: Targets,
     /// Their sha256s (old, new), as a manifest records them (computed once: a debug build
     /// hashes slowly, and every outcome's manifest is checked).
     shas: BTreeMap<PathBuf, (String, String)>,
