@@ -10,6 +10,11 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+pub use storage::Backend;
+
+#[cfg(feature = "test-support")]
+pub mod sim;
+pub mod storage;
 
 /// Mode and owner of a file, kept across a replace and recorded in backups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -224,10 +229,13 @@ pub fn create_dir_all_private(dir: &Path) -> Result<(), StoreError> {
 
 /// fsyncs a directory so a rename inside it is durable.
 pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    sync_dir_on(dir, &Backend::posix())
+}
+
+/// [`sync_dir`] through `storage`.
+pub fn sync_dir_on(dir: &Path, storage: &Backend) -> Result<(), StoreError> {
     fault::point("fsync-dir");
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StoreError::io(dir, e))
+    storage.sync_dir(dir).map_err(|e| StoreError::io(dir, e))
 }
 
 /// Atomically replaces `path` with `bytes`, giving the new file `meta` (mode and owner).
@@ -250,8 +258,18 @@ pub fn replace_file_with(
     meta: FileMeta,
     write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<(), StoreError> {
-    stage_file_with(path, meta, true, write)?.commit()?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    replace_file_with_on(path, meta, write, &Backend::posix())
+}
+
+/// [`replace_file_with`] through `storage`.
+pub fn replace_file_with_on(
+    path: &Path,
+    meta: FileMeta,
+    write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+    storage: &Backend,
+) -> Result<(), StoreError> {
+    stage_file_with(path, meta, true, write, storage)?.commit()?;
+    sync_dir_on(path.parent().unwrap_or(Path::new(".")), storage)
 }
 
 /// [`stage_file_nosync`] of the bytes `write` streams: for a file that one [`syncfs`] made
@@ -262,7 +280,17 @@ pub fn stage_file_with_nosync(
     meta: FileMeta,
     write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<StagedFile, StoreError> {
-    stage_file_with(path, meta, false, write)
+    stage_file_with_nosync_on(path, meta, write, &Backend::posix())
+}
+
+/// [`stage_file_with_nosync`] through `storage` (the staged file commits through it too).
+pub fn stage_file_with_nosync_on(
+    path: &Path,
+    meta: FileMeta,
+    write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+    storage: &Backend,
+) -> Result<StagedFile, StoreError> {
+    stage_file_with(path, meta, false, write, storage)
 }
 
 fn replace_file_inner(
@@ -271,7 +299,7 @@ fn replace_file_inner(
     meta: FileMeta,
     dir_sync: bool,
 ) -> Result<(), StoreError> {
-    stage_file_inner(path, bytes, meta, true)?.commit()?;
+    stage_file_inner(path, bytes, meta, true, &Backend::posix())?.commit()?;
     if dir_sync {
         sync_dir(path.parent().unwrap_or(Path::new(".")))?;
     }
@@ -288,11 +316,13 @@ pub struct StagedFile {
     tmp: Option<PathBuf>,
     /// `st_dev` of the temp file: the filesystem whose [`syncfs`] makes it durable.
     dev: u64,
+    /// What commits (renames) or removes the temp file.
+    storage: Backend,
 }
 
 /// Writes `bytes` to a temp file beside `path` with `meta`, fsynced, without touching `path`.
 pub fn stage_file(path: &Path, bytes: &[u8], meta: FileMeta) -> Result<StagedFile, StoreError> {
-    stage_file_inner(path, bytes, meta, true)
+    stage_file_inner(path, bytes, meta, true, &Backend::posix())
 }
 
 /// Like [`stage_file`] but without the per-file fsync: for batches of many files, the caller
@@ -304,7 +334,7 @@ pub fn stage_file_nosync(
     bytes: &[u8],
     meta: FileMeta,
 ) -> Result<StagedFile, StoreError> {
-    stage_file_inner(path, bytes, meta, false)
+    stage_file_inner(path, bytes, meta, false, &Backend::posix())
 }
 
 /// `syncfs(2)` of the filesystem holding `path`: every dirty page and metadata change of that
@@ -326,8 +356,9 @@ fn stage_file_inner(
     bytes: &[u8],
     meta: FileMeta,
     fsync: bool,
+    storage: &Backend,
 ) -> Result<StagedFile, StoreError> {
-    stage_file_with(path, meta, fsync, &mut |w| w.write_all(bytes))
+    stage_file_with(path, meta, fsync, &mut |w| w.write_all(bytes), storage)
 }
 
 /// [`stage_file_inner`] of the bytes `write` produces (through a 64 KiB buffer when it writes
@@ -337,31 +368,26 @@ fn stage_file_with(
     meta: FileMeta,
     fsync: bool,
     write: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+    storage: &Backend,
 ) -> Result<StagedFile, StoreError> {
     let tmp = temp_path_for(path);
     let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
+        let mut f = storage
+            .create_new(&tmp)
             .map_err(|e| StoreError::io(&tmp, e))?;
         fault::point("write");
-        {
-            let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, &mut f);
-            write(&mut buffered).map_err(|e| StoreError::io(&tmp, e))?;
-            buffered.flush().map_err(|e| StoreError::io(&tmp, e))?;
-        }
-        // Owner first: chown clears set-id bits, chmod then sets the final mode.
-        std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))
+        storage
+            .write(&mut f, &tmp, write)
             .map_err(|e| StoreError::io(&tmp, e))?;
-        f.set_permissions(fs::Permissions::from_mode(meta.mode))
+        storage
+            .set_owner_and_mode(&f, &tmp, meta)
             .map_err(|e| StoreError::io(&tmp, e))?;
         let dev = f.metadata().map_err(|e| StoreError::io(&tmp, e))?.dev();
         if fsync {
             fault::point("fsync");
-            f.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
+            storage
+                .sync_file(&f, &tmp)
+                .map_err(|e| StoreError::io(&tmp, e))?;
         }
         Ok(dev)
     })();
@@ -370,9 +396,10 @@ fn stage_file_with(
             path: path.to_path_buf(),
             tmp: Some(tmp),
             dev,
+            storage: storage.clone(),
         }),
         Err(e) => {
-            let _ = fs::remove_file(&tmp);
+            let _ = storage.remove_file(&tmp);
             Err(e)
         }
     }
@@ -394,8 +421,8 @@ impl StagedFile {
     pub fn commit(mut self) -> Result<(), StoreError> {
         let tmp = self.tmp.take().expect("a staged file is committed once");
         fault::point("rename");
-        fs::rename(&tmp, &self.path).map_err(|e| {
-            let _ = fs::remove_file(&tmp);
+        self.storage.rename(&tmp, &self.path).map_err(|e| {
+            let _ = self.storage.remove_file(&tmp);
             StoreError::io(&self.path, e)
         })
     }
@@ -404,7 +431,7 @@ impl StagedFile {
 impl Drop for StagedFile {
     fn drop(&mut self) {
         if let Some(tmp) = self.tmp.take() {
-            let _ = fs::remove_file(tmp);
+            let _ = self.storage.remove_file(&tmp);
         }
     }
 }
@@ -454,14 +481,11 @@ struct FsHandle {
     fd: File,
 }
 
-fn syncfs_fd(h: &FsHandle) -> Result<(), StoreError> {
-    use std::os::fd::AsRawFd;
+fn syncfs_fd(h: &FsHandle, storage: &Backend) -> Result<(), StoreError> {
     fault::point("syncfs");
-    // SAFETY: a valid fd for the duration of the call.
-    if unsafe { libc::syncfs(h.fd.as_raw_fd()) } != 0 {
-        return Err(StoreError::io(&h.dir, std::io::Error::last_os_error()));
-    }
-    Ok(())
+    storage
+        .syncfs(&h.fd, &h.dir)
+        .map_err(|e| StoreError::io(&h.dir, e))
 }
 
 /// Opens one directory per file system holding the parent directories of `paths`.
@@ -550,16 +574,24 @@ pub struct StagedBatch {
     /// Staged files, wave after wave (a new wave renames only after the previous one).
     waves: Vec<Vec<StagedFile>>,
     synced: bool,
+    /// What every step of the batch goes through.
+    storage: Backend,
 }
 
 impl StagedBatch {
     /// Opens the file systems of every target in `paths` (all targets [`StagedBatch::stage`]
     /// will be given must be among them).
     pub fn open(paths: &[&Path]) -> Result<StagedBatch, StoreError> {
+        StagedBatch::open_on(paths, Backend::posix())
+    }
+
+    /// [`StagedBatch::open`] of a batch whose every step goes through `storage`.
+    pub fn open_on(paths: &[&Path], storage: Backend) -> Result<StagedBatch, StoreError> {
         Ok(StagedBatch {
             filesystems: open_filesystems(paths)?,
             waves: vec![Vec::new()],
             synced: false,
+            storage,
         })
     }
 
@@ -582,7 +614,7 @@ impl StagedBatch {
         let staged = on_io_threads(|| {
             files
                 .par_iter()
-                .map(|r| stage_file_nosync(r.path, r.bytes, r.meta))
+                .map(|r| stage_file_inner(r.path, r.bytes, r.meta, false, &self.storage))
                 .collect::<Result<Vec<_>, _>>()
         })?;
         // A target whose directory is not on a file system opened at the start (its directory
@@ -626,7 +658,7 @@ impl StagedBatch {
     /// systems first (a backup) calls it after writing those: one flush for both.
     pub fn sync(&mut self) -> Result<(), StoreError> {
         for h in &self.filesystems {
-            syncfs_fd(h)?;
+            syncfs_fd(h, &self.storage)?;
         }
         self.synced = true;
         Ok(())
@@ -650,7 +682,7 @@ impl StagedBatch {
             first_err = results.into_iter().find_map(Result::err);
         }
         for h in &self.filesystems {
-            if let Err(e) = syncfs_fd(h) {
+            if let Err(e) = syncfs_fd(h, &self.storage) {
                 first_err.get_or_insert(e);
             }
         }

@@ -165,6 +165,8 @@ pub struct Backup {
     dir_fd: fs::File,
     manifest: Manifest,
     bolt_full_copy: bool,
+    /// What the backup's files are created, flushed and renamed through.
+    storage: atomic::Backend,
 }
 
 /// One file for [`Backup::save_many`].
@@ -199,7 +201,7 @@ impl Pack<'_> {
         }
         let path = self.backup.dir.join(&self.name);
         if self.out.is_none() {
-            let f = create_private(&path)?;
+            let f = create_private(&path, &self.backup.storage)?;
             self.backup.created_files.push(path.clone());
             fault::point("backup-write");
             self.out = Some(std::io::BufWriter::with_capacity(1 << 20, f));
@@ -332,7 +334,15 @@ impl Backup {
                 entries: Vec::new(),
             },
             bolt_full_copy: false,
+            storage: atomic::Backend::posix(),
         })
+    }
+
+    /// The backup with its files written through `storage` (a test's crash simulation,
+    /// `atomic::sim`) instead of the plain system calls.
+    pub fn with_storage(mut self, storage: atomic::Backend) -> Backup {
+        self.storage = storage;
+        self
     }
 
     /// The backup directory.
@@ -355,16 +365,7 @@ impl Backup {
         meta: FileMeta,
         new_sha256: Option<String>,
     ) -> Result<(), StoreError> {
-        let index = self.manifest.entries.len();
-        let entry = write_copy(
-            &self.dir,
-            index,
-            path,
-            original,
-            meta,
-            new_sha256,
-            &mut self.created_files,
-        )?;
+        let entry = self.write_copy(path, original, meta, new_sha256)?;
         self.manifest.entries.push(entry);
         Ok(())
     }
@@ -400,16 +401,7 @@ impl Backup {
         original: &[u8],
         meta: FileMeta,
     ) -> Result<(), StoreError> {
-        let index = self.manifest.entries.len();
-        let mut entry = write_copy(
-            &self.dir,
-            index,
-            path,
-            original,
-            meta,
-            None,
-            &mut self.created_files,
-        )?;
+        let mut entry = self.write_copy(path, original, meta, None)?;
         entry.set_aside = true;
         self.manifest.entries.push(entry);
         Ok(())
@@ -448,14 +440,15 @@ impl Backup {
         // The manifest is staged before the flush: one syncfs makes the copies and it durable
         // together, and its rename needs only the directory's fsync after (one journal
         // commit fewer than a manifest written and fsynced on its own, inside the window).
-        let staged = atomic::stage_file_with_nosync(
+        let staged = atomic::stage_file_with_nosync_on(
             &self.dir.join(MANIFEST_NAME),
             FileMeta::private(),
             &mut |w| self.write_manifest_to(w),
+            &self.storage,
         )?;
-        syncfs(&self.dir_fd, &self.dir)?;
+        syncfs(&self.dir_fd, &self.dir, &self.storage)?;
         staged.commit()?;
-        atomic::sync_dir(&self.dir)?;
+        atomic::sync_dir_on(&self.dir, &self.storage)?;
         self.committed = true;
         Ok(())
     }
@@ -479,15 +472,16 @@ impl Backup {
         write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
     ) -> Result<(), StoreError> {
         let path = self.dir.join(name);
-        atomic::replace_file_with(&path, FileMeta::private(), write)
+        atomic::replace_file_with_on(&path, FileMeta::private(), write, &self.storage)
     }
 
     fn write_manifest(&self) -> Result<(), StoreError> {
         // Streamed: on a node of thousands of files the manifest is a megabyte, written twice.
-        atomic::replace_file_with(
+        atomic::replace_file_with_on(
             &self.dir.join(MANIFEST_NAME),
             FileMeta::private(),
             &mut |w| self.write_manifest_to(w),
+            &self.storage,
         )
     }
 
@@ -497,47 +491,48 @@ impl Backup {
     }
 }
 
-/// Writes the backup copy number `index` of `path` into `dir` (mode 0600, never over an
-/// existing file) and returns its manifest entry.
-fn write_copy(
-    dir: &Path,
-    index: usize,
-    path: &Path,
-    original: &[u8],
-    meta: FileMeta,
-    new_sha256: Option<String>,
-    created: &mut Vec<PathBuf>,
-) -> Result<ManifestEntry, StoreError> {
-    let base = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".into());
-    let backup_file = format!("{index:06}-{base}");
-    let copy = dir.join(&backup_file);
-    let mut f = create_private(&copy)?;
-    created.push(copy.clone());
-    fault::point("backup-write");
-    // A large file (containerd's meta.db, tens of MB) is hashed while it is being written.
-    let (written, sha256_original) = if original.len() >= 1 << 20 {
-        rayon::join(|| f.write_all(original), || sha256_hex(original))
-    } else {
-        (f.write_all(original), sha256_hex(original))
-    };
-    written.map_err(|e| StoreError::io(&copy, e))?;
-    Ok(ManifestEntry {
-        path: path.to_path_buf(),
-        backup_file,
-        offset: None,
-        mode: meta.mode,
-        uid: meta.uid,
-        gid: meta.gid,
-        size: original.len() as u64,
-        sha256_original,
-        sha256_new: new_sha256,
-        set_aside: false,
-        pages: None,
-        intent: None,
-    })
+impl Backup {
+    /// Writes the next backup copy (number: the manifest's next entry) of `path` into the
+    /// backup directory (mode 0600, never over an existing file) and returns its manifest entry.
+    fn write_copy(
+        &mut self,
+        path: &Path,
+        original: &[u8],
+        meta: FileMeta,
+        new_sha256: Option<String>,
+    ) -> Result<ManifestEntry, StoreError> {
+        let index = self.manifest.entries.len();
+        let base = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".into());
+        let backup_file = format!("{index:06}-{base}");
+        let copy = self.dir.join(&backup_file);
+        let mut f = create_private(&copy, &self.storage)?;
+        self.created_files.push(copy.clone());
+        fault::point("backup-write");
+        // A large file (containerd's meta.db, tens of MB) is hashed while it is being written.
+        let (written, sha256_original) = if original.len() >= 1 << 20 {
+            rayon::join(|| f.write_all(original), || sha256_hex(original))
+        } else {
+            (f.write_all(original), sha256_hex(original))
+        };
+        written.map_err(|e| StoreError::io(&copy, e))?;
+        Ok(ManifestEntry {
+            path: path.to_path_buf(),
+            backup_file,
+            offset: None,
+            mode: meta.mode,
+            uid: meta.uid,
+            gid: meta.gid,
+            size: original.len() as u64,
+            sha256_original,
+            sha256_new: new_sha256,
+            set_aside: false,
+            pages: None,
+            intent: None,
+        })
+    }
 }
 
 impl Drop for Backup {
@@ -561,26 +556,17 @@ impl Drop for Backup {
     }
 }
 
-/// A new file for backup bytes: mode 0600, never over an existing file or through a symlink.
-fn create_private(path: &Path) -> Result<fs::File, StoreError> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
+/// A new file for backup bytes: mode 0600, never over an existing file or through a symlink
+/// ([`atomic::storage::Storage::create_new`]).
+fn create_private(path: &Path, storage: &atomic::Backend) -> Result<fs::File, StoreError> {
+    storage
+        .create_new(path)
         .map_err(|e| StoreError::io(path, e))
 }
 
-fn syncfs(d: &fs::File, dir: &Path) -> Result<(), StoreError> {
-    use std::os::fd::AsRawFd;
+fn syncfs(d: &fs::File, dir: &Path, storage: &atomic::Backend) -> Result<(), StoreError> {
     fault::point("backup-syncfs");
-    // SAFETY: a valid fd for the duration of the call.
-    let rc = unsafe { libc::syncfs(d.as_raw_fd()) };
-    if rc != 0 {
-        return Err(StoreError::io(dir, std::io::Error::last_os_error()));
-    }
-    Ok(())
+    storage.syncfs(d, dir).map_err(|e| StoreError::io(dir, e))
 }
 
 /// A backup is a trust boundary: rollback runs as root and writes what it says. Only a file

@@ -53,7 +53,7 @@ impl CrioStore {
             .iter()
             .flat_map(|l| std::iter::once(l.graph.as_path()).chain(l.run.as_deref()))
             .collect();
-        let mut batch = atomic::StagedBatch::open(&paths)?;
+        let mut batch = atomic::StagedBatch::open_on(&paths, self.storage.clone())?;
         if let Some(runroot) = &self.runroot {
             backup.add_root(runroot);
         }

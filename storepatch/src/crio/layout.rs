@@ -114,7 +114,15 @@ impl CrioStore {
             version_file,
             clean_shutdown_file,
             proc: on_node("/proc")?,
+            storage: crate::atomic::Backend::posix(),
         })
+    }
+
+    /// The store with its files replaced through `storage` (a test's crash simulation,
+    /// `atomic::sim`) instead of the plain system calls.
+    pub fn with_storage(mut self, storage: crate::atomic::Backend) -> Self {
+        self.storage = storage;
+        self
     }
 
     /// The graphroot.

@@ -123,6 +123,8 @@ pub struct CrioStore {
     clean_shutdown_file: PathBuf,
     /// The procfs the pid file's pid is looked up in.
     proc: PathBuf,
+    /// What `apply` replaces the files through.
+    storage: crate::atomic::Backend,
 }
 
 impl RuntimeStore for CrioStore {

@@ -93,6 +93,8 @@ pub struct DockerStore {
     /// them (id → labels): the patch's read-back of the same files answers from here instead
     /// of reading and scanning every file a second time.
     read_after_write: std::sync::Arc<std::sync::Mutex<HashMap<String, readback::Labels>>>,
+    /// What `apply` replaces the files through.
+    storage: atomic::Backend,
 }
 
 /// What the scan reads of a config.v2.json. Strings are borrowed from the file's bytes where
@@ -222,7 +224,15 @@ impl DockerStore {
             real_root,
             opts,
             read_after_write: Default::default(),
+            storage: atomic::Backend::posix(),
         })
+    }
+
+    /// The store with its files replaced through `storage` (a test's crash simulation,
+    /// `atomic::sim`) instead of the plain system calls.
+    pub fn with_storage(mut self, storage: atomic::Backend) -> Self {
+        self.storage = storage;
+        self
     }
 
     /// The dockerd locations this store checks.
@@ -667,7 +677,7 @@ impl RuntimeStore for DockerStore {
             .collect::<Result<_, _>>()?;
         let path_refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
         let mut outcome = ApplyOutcome::default();
-        let mut batch = atomic::StagedBatch::open(&path_refs)?;
+        let mut batch = atomic::StagedBatch::open_on(&path_refs, self.storage.clone())?;
         // (id, path, sha256 of the new bytes) of every file that changes, in request order
         let mut changed: Vec<(String, PathBuf, String)> = Vec::new();
         let mut pack = backup.pack();

@@ -201,7 +201,7 @@ impl Backup {
             .unwrap_or_else(|| "file".into());
         let backup_file = format!("{index:06}-{base}.pages");
         let copy = self.dir.join(&backup_file);
-        let mut f = create_private(&copy)?;
+        let mut f = create_private(&copy, &self.storage)?;
         self.created_files.push(copy.clone());
         fault::point("backup-pages-write");
         // One pass over the ranges, a page at a time: the all-zero pages after the meta pages
