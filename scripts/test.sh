@@ -68,7 +68,7 @@ tools/kubelet-hash/run.sh --check 1.37
 tools/kubelet-checkpoints/module/run.sh --check
 
 # The production binary has no crash path: storepatch's `crash-points` feature is on only in
-# test builds, through dev-dependencies (storepatch/src/fault.rs). The test build just left its
+# test builds, through dev-dependencies (storesafe/src/fault.rs). The test build just left its
 # binary, crash points included, at the same path: finding the variable's name there first
 # proves the grep would see it.
 bin="${CARGO_TARGET_DIR:-target}/release/kubelet-rehash"

@@ -1165,7 +1165,7 @@ fn upgrade_crio_1_30_14_from_1_30_to_1_31() {
 }
 
 /// `kill -9` at every durable step inside `upgrade`'s patch step on a real containerd 1.7.24:
-/// the test-built binary has storepatch's crash points (storepatch/src/fault.rs;
+/// the test-built binary has storepatch's crash points (storesafe/src/fault.rs;
 /// `KUBELET_REHASH_CRASH_AT=N` SIGKILLs the process before its N-th durable write, fsync or
 /// rename), so a first run with every point logged finds the points of the patch step — the
 /// page backup, the manifest, the bolt commit, the report — and of the state write that
