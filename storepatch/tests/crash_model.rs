@@ -36,26 +36,6 @@ use storepatch::{ApplyOutcome, Rewrite, RuntimeStore, StoreError};
 /// Random mixes checked per crash, besides the three extremes.
 const RANDOM_OUTCOMES: usize = 4;
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
-
-/// Recursively copies `from` into `to`, keeping modes.
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        let meta = fs::symlink_metadata(&src).unwrap();
-        if meta.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            fs::copy(&src, &dst).unwrap();
-        }
-        fs::set_permissions(&dst, fs::Permissions::from_mode(meta.permissions().mode())).unwrap();
-    }
-}
-
 /// Every regular file under `root` with its bytes.
 fn files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     walkdir::WalkDir::new(root)
@@ -90,7 +70,12 @@ fn docker_root(dir: &Path) -> PathBuf {
 
 fn docker_rewrites() -> Vec<Rewrite> {
     let map: serde_json::Value = serde_json::from_slice(
-        &fs::read(fixtures().join(DOCKER_NODE).join("step4/map-1.16.json")).unwrap(),
+        &fs::read(
+            testtools::fixtures_dir()
+                .join(DOCKER_NODE)
+                .join("step4/map-1.16.json"),
+        )
+        .unwrap(),
     )
     .unwrap();
     map.as_object()
@@ -105,9 +90,9 @@ fn docker_rewrites() -> Vec<Rewrite> {
 }
 
 fn docker_setup(dir: &Path) -> Targets {
-    let node = fixtures().join(DOCKER_NODE);
+    let node = testtools::fixtures_dir().join(DOCKER_NODE);
     let containers = docker_root(dir).join("containers");
-    copy_tree(&node.join("var/lib/docker/containers"), &containers);
+    testtools::tree::copy(&node.join("var/lib/docker/containers"), &containers);
     let rewritten = node.join("step4/rewritten/var/lib/docker/containers");
     docker_rewrites()
         .iter()
@@ -146,7 +131,12 @@ const CRIO_NODE: &str = "nodes/crio-1.30";
 
 fn crio_rewrites() -> Vec<Rewrite> {
     let expected: serde_json::Value = serde_json::from_slice(
-        &fs::read(fixtures().join(CRIO_NODE).join("expected.json")).unwrap(),
+        &fs::read(
+            testtools::fixtures_dir()
+                .join(CRIO_NODE)
+                .join("expected.json"),
+        )
+        .unwrap(),
     )
     .unwrap();
     expected["containers"]
@@ -168,10 +158,10 @@ fn crio_rewrites() -> Vec<Rewrite> {
 }
 
 fn crio_setup(dir: &Path) -> Targets {
-    let fx = fixtures().join(CRIO_NODE);
+    let fx = testtools::fixtures_dir().join(CRIO_NODE);
     let node = dir.join("node");
-    copy_tree(&fx.join("var"), &node.join("var"));
-    copy_tree(&fx.join("run"), &node.join("run"));
+    testtools::tree::copy(&fx.join("var"), &node.join("var"));
+    testtools::tree::copy(&fx.join("run"), &node.join("run"));
     // step4/rewritten holds every config.json the 1.31 patch writes, as CRI-O accepted it
     let rewritten = fx.join("step4/rewritten");
     files(&rewritten)

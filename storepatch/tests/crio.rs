@@ -5,7 +5,7 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use storepatch::backup::{self, Backup};
 use storepatch::crio::{CrioOptions, CrioStore};
@@ -24,27 +24,11 @@ fn expected() -> Value {
 const GRAPH: &str = "var/lib/containers/storage";
 const RUN: &str = "run/containers/storage";
 
-/// Recursively copies `from` into `to`, keeping modes (no symlinks in the fixture).
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        let meta = fs::symlink_metadata(&src).unwrap();
-        if meta.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            fs::copy(&src, &dst).unwrap();
-        }
-        fs::set_permissions(&dst, fs::Permissions::from_mode(meta.mode() & 0o7777)).unwrap();
-    }
-}
-
 /// A writable copy of the node's `var/` and `run/` under `dir/node`.
 fn copy_node(dir: &Path) -> PathBuf {
     let node = dir.join("node");
-    copy_tree(&fixture().join("var"), &node.join("var"));
-    copy_tree(&fixture().join("run"), &node.join("run"));
+    testtools::tree::copy(&fixture().join("var"), &node.join("var"));
+    testtools::tree::copy(&fixture().join("run"), &node.join("run"));
     node
 }
 
@@ -945,7 +929,7 @@ fn crash_sweep_leaves_old_or_new_bytes_and_rolls_back() {
 
     // Count the durable steps of an uninterrupted run.
     let dry = tmp.path().join("dry");
-    copy_tree(&pristine, &dry);
+    testtools::tree::copy(&pristine, &dry);
     let out = run_child(&dry, None);
     assert!(
         out.status.success(),
@@ -973,7 +957,7 @@ fn crash_sweep_leaves_old_or_new_bytes_and_rolls_back() {
     use std::os::unix::process::ExitStatusExt;
     for n in 1..=points {
         let node = tmp.path().join(format!("crash{n}"));
-        copy_tree(&pristine, &node);
+        testtools::tree::copy(&pristine, &node);
         let out = run_child(&node, Some(n));
         assert_eq!(
             out.status.signal(),
@@ -1359,8 +1343,8 @@ fn crio_1_36_patch_changes_only_the_hash_values() {
     let exp: Value = serde_json::from_slice(&fs::read(src.join("expected.json")).unwrap()).unwrap();
     let t = tempfile::tempdir().unwrap();
     let node = t.path().join("node");
-    copy_tree(&src.join("var"), &node.join("var"));
-    copy_tree(&src.join("run"), &node.join("run"));
+    testtools::tree::copy(&src.join("var"), &node.join("var"));
+    testtools::tree::copy(&src.join("run"), &node.join("run"));
     let before = snapshot(&node);
     let store = CrioStore::with_options(
         &node.join(GRAPH),

@@ -492,6 +492,27 @@ impl Backup {
 }
 
 impl Backup {
+    /// Creates the file of the next copy (number: the manifest's next entry) of `path`, named
+    /// `<number>-<path's name><suffix>`, in the backup directory (mode 0600, never over an
+    /// existing file; removed again if the backup is dropped uncommitted): its name, path and
+    /// open file.
+    pub(super) fn new_copy_file(
+        &mut self,
+        path: &Path,
+        suffix: &str,
+    ) -> Result<(String, PathBuf, fs::File), StoreError> {
+        let index = self.manifest.entries.len();
+        let base = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".into());
+        let backup_file = format!("{index:06}-{base}{suffix}");
+        let copy = self.dir.join(&backup_file);
+        let f = create_private(&copy, &self.storage)?;
+        self.created_files.push(copy.clone());
+        Ok((backup_file, copy, f))
+    }
+
     /// Writes the next backup copy (number: the manifest's next entry) of `path` into the
     /// backup directory (mode 0600, never over an existing file) and returns its manifest entry.
     fn write_copy(
@@ -501,15 +522,7 @@ impl Backup {
         meta: FileMeta,
         new_sha256: Option<String>,
     ) -> Result<ManifestEntry, StoreError> {
-        let index = self.manifest.entries.len();
-        let base = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "file".into());
-        let backup_file = format!("{index:06}-{base}");
-        let copy = self.dir.join(&backup_file);
-        let mut f = create_private(&copy, &self.storage)?;
-        self.created_files.push(copy.clone());
+        let (backup_file, copy, mut f) = self.new_copy_file(path, "")?;
         fault::point("backup-write");
         // A large file (containerd's meta.db, tens of MB) is hashed while it is being written.
         let (written, sha256_original) = if original.len() >= 1 << 20 {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Every entry below `dir` (directories, files, symbolic links; not `dir` itself), each
@@ -75,4 +75,22 @@ pub fn snapshot_entries(root: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
             (rel, (m.mode(), content))
         })
         .collect()
+}
+
+/// Recursively copies `from` into `to`, keeping every mode (a fixture store's file modes are
+/// part of what a rewrite must keep). The fixtures hold no symbolic links; one would be copied
+/// as the file it points to.
+pub fn copy(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap_or_else(|e| panic!("mkdir {}: {e}", to.display()));
+    for e in fs::read_dir(from).unwrap_or_else(|e| panic!("read_dir {}: {e}", from.display())) {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let meta = fs::symlink_metadata(&src).unwrap();
+        if meta.is_dir() {
+            copy(&src, &dst);
+        } else {
+            fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
+        }
+        fs::set_permissions(&dst, fs::Permissions::from_mode(meta.mode() & 0o7777)).unwrap();
+    }
 }

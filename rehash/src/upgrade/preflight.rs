@@ -118,12 +118,7 @@ impl Run<'_> {
             return refuse(e.to_string());
         }
         self.kept_pids = kept_pids(&plan);
-        let dead: Vec<String> = self
-            .kept_pids
-            .iter()
-            .filter(|(_, pid)| !self.node.pid_alive(*pid))
-            .map(|(id, pid)| format!("{id} (pid {pid})"))
-            .collect();
+        let dead = self.dead_kept_containers();
         if !dead.is_empty() {
             return refuse(format!(
                 "the runtime records {} running container(s) whose process does not exist: {}; is this the node's store, and is the pods file current?",

@@ -186,8 +186,29 @@ impl<'a> Run<'a> {
         out
     }
 
+    /// The containers the window must keep whose process is gone, as `id (pid N)`.
+    pub(super) fn dead_kept_containers(&self) -> Vec<String> {
+        self.kept_pids
+            .iter()
+            .filter(|(_, pid)| !self.node.pid_alive(*pid))
+            .map(|(id, pid)| format!("{id} (pid {pid})"))
+            .collect()
+    }
+
     pub(super) fn interrupted(&self) -> bool {
         self.opts.interrupt.load(Ordering::SeqCst)
+    }
+
+    /// Records a preflight that stopped the run (nothing was stopped): its class, the phase
+    /// the state ends in, and the cause.
+    fn preflight_failed(&mut self, class: ErrorClass, phase: Phase, cause: String) {
+        self.cause_class = Some(class);
+        self.state.phase = phase;
+        self.state.failure = Some(StepFailure {
+            step: Step::Preflight,
+            cause,
+        });
+        self.save();
     }
 
     pub(super) fn go(&mut self) -> Result<UpgradeReport, Error> {
@@ -196,33 +217,15 @@ impl<'a> Run<'a> {
         match self.preflight() {
             Ok(()) => {}
             Err(Preflight::Usage(e)) => {
-                self.cause_class = Some(e.class());
-                self.state.phase = Phase::Refused;
-                self.state.failure = Some(StepFailure {
-                    step: Step::Preflight,
-                    cause: e.to_string(),
-                });
-                self.save();
+                self.preflight_failed(e.class(), Phase::Refused, e.to_string());
                 return Err(e);
             }
             Err(Preflight::Refused(why)) => {
-                self.cause_class = Some(ErrorClass::Refused);
-                self.state.phase = Phase::Refused;
-                self.state.failure = Some(StepFailure {
-                    step: Step::Preflight,
-                    cause: why.clone(),
-                });
-                self.save();
+                self.preflight_failed(ErrorClass::Refused, Phase::Refused, why.clone());
                 return Ok(self.report(UpgradeResult::Refused(why)));
             }
             Err(Preflight::Restarts(why)) => {
-                self.cause_class = Some(ErrorClass::Refused);
-                self.state.phase = Phase::RestartsNotAccepted;
-                self.state.failure = Some(StepFailure {
-                    step: Step::Preflight,
-                    cause: why.clone(),
-                });
-                self.save();
+                self.preflight_failed(ErrorClass::Refused, Phase::RestartsNotAccepted, why.clone());
                 return Ok(self.report(UpgradeResult::RestartsNotAccepted(why)));
             }
         }

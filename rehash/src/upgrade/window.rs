@@ -175,12 +175,7 @@ impl Run<'_> {
     }
 
     fn check_containers(&mut self) -> Result<(), StepError> {
-        let dead: Vec<String> = self
-            .kept_pids
-            .iter()
-            .filter(|(_, pid)| !self.node.pid_alive(*pid))
-            .map(|(id, pid)| format!("{id} (pid {pid})"))
-            .collect();
+        let dead = self.dead_kept_containers();
         if dead.is_empty() {
             return Ok(());
         }

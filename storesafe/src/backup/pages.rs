@@ -18,9 +18,7 @@
 //! puts it in place with the same atomic replace as every other restored file, so a crash
 //! during the rollback leaves the patched or the original file and a rerun finishes it.
 
-use super::{
-    create_private, ensure_trusted, sha256_hex, Backup, CheckedEntry, ManifestEntry, RollbackAction,
-};
+use super::{ensure_trusted, sha256_hex, Backup, CheckedEntry, ManifestEntry, RollbackAction};
 use crate::atomic::{self, FileMeta};
 use crate::error::StoreError;
 use crate::fault;
@@ -194,15 +192,7 @@ impl Backup {
                 path.display()
             )));
         }
-        let index = self.manifest.entries.len();
-        let base = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "file".into());
-        let backup_file = format!("{index:06}-{base}.pages");
-        let copy = self.dir.join(&backup_file);
-        let mut f = create_private(&copy, &self.storage)?;
-        self.created_files.push(copy.clone());
+        let (backup_file, copy, mut f) = self.new_copy_file(path, ".pages")?;
         fault::point("backup-pages-write");
         // One pass over the ranges, a page at a time: the all-zero pages after the meta pages
         // are only listed, the others written and hashed in file order.
