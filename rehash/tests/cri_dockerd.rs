@@ -9,7 +9,7 @@ use common::{node, Node};
 use rehash::cri_dockerd::checkpoint::{CheckpointData, SandboxCheckpoint, Writer};
 use rehash::cri_dockerd::{plan_switch, SwitchOptions};
 use rehash::plan::RecordClass;
-use rehash::{BackupOptions, Error, From, Plan};
+use rehash::{Error, From, Plan};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs;
@@ -224,7 +224,7 @@ fn patch_copies_checkpoints_with_cri_dockerds_checksum_and_rollback_removes_them
     let docker_before = snapshot(&sw.n.dir.join("var/lib/docker"));
     let plan = sw.plan("1.24").unwrap();
     let store = sw.n.location.open().unwrap();
-    let backup = BackupOptions::new(sw.n.tmp.path().join("backup"));
+    let backup = sw.n.backup("backup");
     let done = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap();
     assert_eq!(done.changed, plan.rewrites().len());
     for id in &sw.with {
@@ -291,7 +291,7 @@ fn other_checkpoints_in_cri_dockerds_root_are_refused_by_name_and_nothing_change
         );
     }
     let store = sw.n.location.open().unwrap();
-    let backup = BackupOptions::new(sw.n.tmp.path().join("backup"));
+    let backup = sw.n.backup("backup");
     let err = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap_err();
     assert!(matches!(err, Error::Blocked(_)), "{err}");
     assert!(
@@ -375,7 +375,7 @@ fn a_running_cri_dockerd_blocks_the_patch() {
     assert_eq!(h.severity, rehash::Severity::Block);
     let before = snapshot(&sw.n.dir);
     let store = sw.n.location.open().unwrap();
-    let backup = BackupOptions::new(sw.n.tmp.path().join("backup"));
+    let backup = sw.n.backup("backup");
     let err = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap_err();
     assert!(matches!(err, Error::Blocked(_)), "{err}");
     assert_eq!(snapshot(&sw.n.dir), before);
@@ -410,7 +410,7 @@ fn a_dockershim_flag_on_a_line_the_rewrite_cannot_parse_blocks_naming_the_line()
     );
     let before = snapshot(&sw.n.dir);
     let store = sw.n.location.open().unwrap();
-    let backup = BackupOptions::new(sw.n.tmp.path().join("backup"));
+    let backup = sw.n.backup("backup");
     let err = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap_err();
     assert!(
         matches!(err, Error::Blocked(_)) && err.to_string().contains("kubelet-flags-unparsed"),
@@ -463,7 +463,7 @@ fn a_value_rollback_removes_the_copies_too_and_refuses_a_copy_cri_dockerd_rewrot
     let sw = Switch::new();
     let plan = sw.plan("1.24").unwrap();
     let store = sw.n.location.open().unwrap();
-    let backup = BackupOptions::new(sw.n.tmp.path().join("backup"));
+    let backup = sw.n.backup("backup");
     rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap();
     // a copy cri-dockerd rewrote since (its pod was recreated): refused, named, nothing undone
     let rewritten = sw.target_dir().join(&sw.with[0]);

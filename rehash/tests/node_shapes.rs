@@ -4,7 +4,7 @@
 mod common;
 
 use common::{node, Node};
-use rehash::{Action, BackupOptions, From, Plan, Version};
+use rehash::{Action, From, Plan, Version};
 use std::collections::BTreeMap;
 use testtools::tree::snapshot;
 
@@ -24,13 +24,7 @@ fn patch_to(n: &Node, pods: &[u8], from: From, to: &str, backup: &str) -> Plan {
     let store = n.location.open().unwrap();
     let to: Version = to.parse().unwrap();
     let plan = Plan::build(pods, store.as_ref(), from, to).expect("plan");
-    rehash::patch(
-        &plan,
-        store.as_ref(),
-        &BackupOptions::new(n.tmp.path().join(backup)),
-        &rehash::Silent,
-    )
-    .expect("patch");
+    rehash::patch(&plan, store.as_ref(), &n.backup(backup), &rehash::Silent).expect("patch");
     plan
 }
 
@@ -397,13 +391,7 @@ fn a_container_resized_in_place_is_proven_by_hash_without_resources_and_rewritte
     // unproven: the proof really rests on that annotation. A 1.30 -> 1.30 plan sees the hash
     // mismatch too.
     let store = n.location.open().unwrap();
-    let done = rehash::patch(
-        &plan,
-        store.as_ref(),
-        &BackupOptions::new(n.tmp.path().join("bk")),
-        &rehash::Silent,
-    )
-    .unwrap();
+    let done = rehash::patch(&plan, store.as_ref(), &n.backup("bk"), &rehash::Silent).unwrap();
     assert_eq!(done.changed, before.rewrites().len());
     let after = plan_with(&n, &pods, "1.31", &NodeFiles::default());
     let r = after.records.iter().find(|r| r.id == victim.id).unwrap();
@@ -594,7 +582,7 @@ fn a_rejected_checkpoint_blocks_the_patch_until_it_is_set_aside_and_rollback_res
     let e = rehash::patch(
         &plan,
         store.as_ref(),
-        &BackupOptions::new(n.tmp.path().join("bk-refused")),
+        &n.backup("bk-refused"),
         &rehash::Silent,
     )
     .unwrap_err();
@@ -609,7 +597,7 @@ fn a_rejected_checkpoint_blocks_the_patch_until_it_is_set_aside_and_rollback_res
     assert!(!n.tmp.path().join("bk-refused/manifest.json").exists());
 
     // With it: set aside into the backup (a manifest entry like every other copy).
-    let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+    let mut opts = n.backup("bk");
     opts.set_aside_checkpoints = true;
     let done = rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent).unwrap();
     assert_eq!(done.set_aside, vec![dra.clone()]);
@@ -649,7 +637,7 @@ fn a_value_rollback_puts_set_aside_checkpoints_back_too() {
     let dra_bytes = std::fs::read(&dra).unwrap();
     let plan = plan_with(&n, &pods, "1.31", &with_kubelet_dir(&kd));
     let store = n.location.open().unwrap();
-    let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+    let mut opts = n.backup("bk");
     opts.set_aside_checkpoints = true;
     rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent).unwrap();
     assert!(!dra.exists());
@@ -676,7 +664,7 @@ fn rollback_keeps_the_checkpoint_a_newer_kubelet_wrote_and_puts_ours_back() {
         let before = snapshot(&n.dir);
         let plan = plan_with(&n, &pods, "1.31", &with_kubelet_dir(&kd));
         let store = n.location.open().unwrap();
-        let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+        let mut opts = n.backup("bk");
         opts.set_aside_checkpoints = true;
         rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent).unwrap();
         // the new kubelet starts and writes its own
@@ -805,7 +793,7 @@ fn the_pod_level_checkpoints_of_1_36_block_a_back_out_and_are_set_aside_with_rol
     );
 
     let store = n.location.open().unwrap();
-    let mut opts = BackupOptions::new(n.tmp.path().join("bk"));
+    let mut opts = n.backup("bk");
     opts.set_aside_checkpoints = true;
     let done = rehash::patch(&back, store.as_ref(), &opts, &rehash::Silent).unwrap();
     let mut set_aside = done.set_aside.clone();

@@ -3,7 +3,7 @@
 //! patch, verify, an idempotent second patch, and a byte-exact rollback. Then the typed
 //! errors a library user acts on.
 
-use rehash::{Action, BackupOptions, Error, ErrorClass, From, Plan, Stage, StoreLocation, Version};
+use rehash::{Action, Error, ErrorClass, From, Plan, Stage, StoreLocation, Version};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -69,7 +69,7 @@ fn full_cycle(name: &str, to: &str) {
         "{name}: the report round-trips"
     );
 
-    let backup = BackupOptions::new(n.tmp.path().join("backup"));
+    let backup = n.backup("backup");
     let events = std::cell::RefCell::new(Vec::new());
     let record = |e: rehash::Event| events.borrow_mut().push(e);
     let done = rehash::patch(&plan, store.as_ref(), &backup, &record).expect("patch");
@@ -100,7 +100,7 @@ fn full_cycle(name: &str, to: &str) {
     let again = rehash::patch(
         &after,
         store.as_ref(),
-        &BackupOptions::new(n.tmp.path().join("backup-2")),
+        &n.backup("backup-2"),
         &rehash::Silent,
     )
     .unwrap();
@@ -140,7 +140,7 @@ fn value_rollback_undoes_exactly_what_the_patch_wrote() {
     let store = n.location.open().unwrap();
     let to = "1.31".parse().unwrap();
     let plan = Plan::build(&pods, store.as_ref(), From::Auto, to).unwrap();
-    let backup = BackupOptions::new(n.tmp.path().join("backup"));
+    let backup = n.backup("backup");
     let done = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap();
     let undo = rehash::rollback_values(&backup.dir, store.as_ref(), &backup.state)
         .expect("value rollback");
@@ -208,13 +208,7 @@ fn errors_carry_the_class_a_caller_acts_on() {
     let before = snapshot(&n.dir);
     let sock = n.location.options.socket.clone().unwrap();
     let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-    let e = rehash::patch(
-        &plan,
-        store.as_ref(),
-        &BackupOptions::new(n.tmp.path().join("backup")),
-        &rehash::Silent,
-    )
-    .unwrap_err();
+    let e = rehash::patch(&plan, store.as_ref(), &n.backup("backup"), &rehash::Silent).unwrap_err();
     assert_eq!(e.class(), ErrorClass::Refused, "{e}");
     assert!(snapshot(&n.dir) == before, "a refused patch writes nothing");
 
@@ -224,7 +218,7 @@ fn errors_carry_the_class_a_caller_acts_on() {
     let e = rehash::patch(
         &plan,
         other_store.as_ref(),
-        &BackupOptions::new(other.tmp.path().join("backup")),
+        &other.backup("backup"),
         &rehash::Silent,
     )
     .unwrap_err();
@@ -278,7 +272,7 @@ fn a_failed_read_back_is_a_failure_that_still_carries_the_report() {
         first: std::sync::Mutex::new(None),
     };
     let plan = Plan::build(&pods, &store, From::Auto, "1.31".parse().unwrap()).unwrap();
-    let backup = BackupOptions::new(n.tmp.path().join("backup"));
+    let backup = n.backup("backup");
     let e = rehash::patch(&plan, &store, &backup, &rehash::Silent).unwrap_err();
     assert_eq!(e.class(), ErrorClass::Failure, "{e}");
     let Error::ReadBack {
@@ -313,7 +307,7 @@ fn the_streamed_report_is_the_built_one() {
     let pods = std::fs::read(n.dir.join("pods.json")).unwrap();
     let store = n.location.open().unwrap();
     let plan = Plan::build(&pods, store.as_ref(), From::Auto, "1.23".parse().unwrap()).unwrap();
-    let backup = BackupOptions::new(n.tmp.path().join("backup"));
+    let backup = n.backup("backup");
     let done = rehash::patch(&plan, store.as_ref(), &backup, &rehash::Silent).unwrap();
     assert!(done.changed > 0, "the patch rewrote the node");
     let stored = std::fs::read(backup.dir.join("report.json")).unwrap();

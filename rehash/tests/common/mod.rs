@@ -3,9 +3,10 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use rehash::StoreLocation;
+use rehash::{BackupOptions, StoreLocation};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use storepatch::session::StateDirs;
 use storepatch::RuntimeKind;
 
 /// A copy of a bundled node in a temp dir, with a store location whose running check looks
@@ -16,16 +17,7 @@ pub struct Node {
     pub location: StoreLocation,
 }
 
-/// The in-flight markers of this test process (`KUBELET_REHASH_STATE_DIR`): one private
-/// directory per test binary, set before its first node is made, so no test reads or leaves a
-/// marker in the machine's `/var/lib/kubelet-rehash` (markers are keyed by the store's
-/// canonical path: the tests of one binary never see each other's).
-pub fn state_dir() -> &'static Path {
-    testtools::private_state_dir()
-}
-
 pub fn node(name: &str) -> Node {
-    state_dir();
     let tmp = tempfile::tempdir().unwrap();
     let st = Command::new("cp")
         .arg("-a")
@@ -49,5 +41,24 @@ pub fn node(name: &str) -> Node {
     if runtime == RuntimeKind::Crio {
         location.options.runroot = Some(dir.join("run/containers/storage"));
     }
+    // The node's locks and in-flight markers stay in its temp dir, given to the library
+    // (StoreLocation::state, BackupOptions::state), never through a process-wide variable: no
+    // test reads or leaves a marker in the machine's /var/lib/kubelet-rehash, and no two
+    // tests share one.
+    location.state = Some(StateDirs {
+        locks: tmp.path().join("state/locks"),
+        inflight: tmp.path().join("state/inflight"),
+    });
     Node { tmp, dir, location }
+}
+
+impl Node {
+    /// Backup options for a backup at `name` in the node's temp dir, with the node's state
+    /// directories.
+    pub fn backup(&self, name: impl AsRef<Path>) -> BackupOptions {
+        BackupOptions {
+            state: self.location.state_dirs(),
+            ..BackupOptions::new(self.tmp.path().join(name))
+        }
+    }
 }
