@@ -63,6 +63,17 @@ impl<'a> Run<'a> {
         if let Some(p) = previous {
             state.measured = p.measured.clone();
         }
+        Run::with_state(opts, node, store, state, budget)
+    }
+
+    /// A run over `state` that has done nothing yet in this process.
+    fn with_state(
+        opts: &'a UpgradeOptions,
+        node: &'a dyn NodeControl,
+        store: &'a dyn RuntimeStore,
+        state: UpgradeState,
+        budget: Duration,
+    ) -> Self {
         Run {
             opts,
             node,
@@ -122,22 +133,12 @@ impl<'a> Run<'a> {
             node.switching_to_cri_dockerd();
         }
         Run {
-            opts,
-            node,
-            store,
-            state,
-            budget,
             kubelet_down,
             runtime_down,
-            kept_pids: Vec::new(),
-            preflight_restarts: 0,
             resumed: true,
             runtime_maybe_starting,
             resumed_at: Some(Instant::now()),
-            staged_kubelet: None,
-            holder: None,
-            sink: Default::default(),
-            cause_class: None,
+            ..Run::with_state(opts, node, store, state, budget)
         }
     }
 
