@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 fn main() {
-    let nodes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes");
+    let nodes = manifest_dir().join("../fixtures/nodes");
     println!("cargo:rerun-if-changed={}", nodes.display());
     let mut rows = Vec::new();
     for entry in std::fs::read_dir(&nodes).expect("fixtures/nodes must exist") {
@@ -70,4 +70,14 @@ fn minor(t: &str) -> u32 {
         .next()
         .and_then(|m| m.parse().ok())
         .unwrap_or_else(|| panic!("target {t:?} is not a kubelet major.minor"))
+}
+
+/// The package's directory, read when the script runs, never when it was compiled: cargo may
+/// reuse this script's binary, compiled for another checkout, when two checkouts share a target
+/// directory (`CARGO_TARGET_DIR`), and `env!` would then read that other (perhaps deleted)
+/// checkout's files.
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .expect("cargo sets CARGO_MANIFEST_DIR for build scripts")
+        .into()
 }
