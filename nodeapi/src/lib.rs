@@ -28,4 +28,4 @@ pub use cert::Certificate;
 pub use client::{NodeApi, NodeInfo, Options, ServerVersion};
 pub use error::{Error, ErrorClass};
 pub use heartbeat::{NodeLease, Renewal};
-pub use kubeconfig::{Kubeconfig, KUBELET_KUBECONFIGS};
+pub use kubeconfig::{Kubeconfig, NodeRoot, KUBELET_KUBECONFIGS};
