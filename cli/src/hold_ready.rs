@@ -45,7 +45,10 @@ impl NodeHeartbeat for LeaseHeartbeat {
         self.last.renew_interval()
     }
     fn check(&mut self) -> Result<(), String> {
-        match self.api.renew_node_lease(&self.node, &self.last, true) {
+        match self
+            .api
+            .renew_node_lease(&self.node, &self.last, true, None)
+        {
             Ok(_) => Ok(()),
             Err(e) => Err(e.to_string()),
         }
@@ -56,7 +59,7 @@ impl NodeHeartbeat for LeaseHeartbeat {
         }
         match self
             .api
-            .renew_node_lease(&self.node, &self.last, false)
+            .renew_node_lease(&self.node, &self.last, false, None)
             .map_err(|e| e.to_string())?
         {
             Renewal::Renewed(l) => {
@@ -85,7 +88,7 @@ impl LeaseHeartbeat {
     /// The lease as the API server has it now.
     fn current(&self) -> Result<NodeLease, String> {
         self.api
-            .node_lease(&self.node)
+            .node_lease(&self.node, None)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| "the lease is gone".to_string())
     }
@@ -124,7 +127,7 @@ impl NodeHeartbeat for StatusHeartbeat {
     }
     fn check(&mut self) -> Result<(), String> {
         self.api
-            .beat_ready(&self.node, true)
+            .beat_ready(&self.node, true, None)
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
@@ -134,7 +137,7 @@ impl NodeHeartbeat for StatusHeartbeat {
         }
         let t = self
             .api
-            .beat_ready(&self.node, false)
+            .beat_ready(&self.node, false, None)
             .map_err(|e| e.to_string())?;
         self.last = t.clone();
         Ok(Beat::Renewed(t))
@@ -145,7 +148,7 @@ impl NodeHeartbeat for StatusHeartbeat {
         }
         let (_, now) = self
             .api
-            .ready_heartbeat(&self.node)
+            .ready_heartbeat(&self.node, None)
             .map_err(|e| e.to_string())?;
         Ok((now != self.last).then(|| format!("lastHeartbeatTime {now}")))
     }
@@ -155,7 +158,7 @@ impl NodeHeartbeat for StatusHeartbeat {
 /// sentence) when the node is not Ready now: holding would keep a broken node's pods in the
 /// endpoints.
 pub fn heartbeat(api: NodeApi, node: &str, via: Via) -> Result<Box<dyn NodeHeartbeat>, String> {
-    let (ready, _) = api.ready_heartbeat(node).map_err(|e| e.to_string())?;
+    let (ready, _) = api.ready_heartbeat(node, None).map_err(|e| e.to_string())?;
     if !ready {
         return Err(format!(
             "node {node} is not Ready now: holding it Ready would hide that (--no-hold-ready)"
@@ -163,7 +166,7 @@ pub fn heartbeat(api: NodeApi, node: &str, via: Via) -> Result<Box<dyn NodeHeart
     }
     let lease = match via {
         Via::NodeStatus => None,
-        Via::Auto | Via::Lease => api.node_lease(node).map_err(|e| e.to_string())?,
+        Via::Auto | Via::Lease => api.node_lease(node, None).map_err(|e| e.to_string())?,
     };
     match (lease, via) {
         (Some(last), _) => Ok(Box::new(LeaseHeartbeat {

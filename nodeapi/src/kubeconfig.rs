@@ -125,7 +125,7 @@ impl std::fmt::Debug for Kubeconfig {
         // no key or token in logs
         f.debug_struct("Kubeconfig")
             .field("path", &self.path)
-            .field("server", &self.server)
+            .field("server", &crate::client::redact_url(&self.server))
             .field("user", &self.user)
             .finish_non_exhaustive()
     }
