@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use nodeapi::{NodeApi, NodeLease, Renewal};
-use rehash::upgrade::{Beat, NodeHeartbeat};
+use rehash::upgrade::{Beat, GoOn, NodeHeartbeat};
 
 /// How the heartbeat is renewed (`--hold-ready-via`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -53,13 +53,13 @@ impl NodeHeartbeat for LeaseHeartbeat {
             Err(e) => Err(e.to_string()),
         }
     }
-    fn beat(&mut self) -> Result<Beat, String> {
+    fn beat(&mut self, go_on: GoOn<'_>) -> Result<Beat, String> {
         if !self.written {
-            self.reread()?;
+            self.reread(go_on)?;
         }
         match self
             .api
-            .renew_node_lease(&self.node, &self.last, false, None)
+            .renew_node_lease(&self.node, &self.last, false, Some(go_on))
             .map_err(|e| e.to_string())?
         {
             Renewal::Renewed(l) => {
@@ -68,11 +68,11 @@ impl NodeHeartbeat for LeaseHeartbeat {
                 self.written = true;
                 Ok(Beat::Renewed(t))
             }
-            Renewal::Conflict => Ok(Beat::WrittenByOther(self.who()?)),
+            Renewal::Conflict => Ok(Beat::WrittenByOther(self.who(go_on)?)),
         }
     }
-    fn written_by_other(&mut self) -> Result<Option<String>, String> {
-        let now = self.current()?;
+    fn written_by_other(&mut self, go_on: GoOn<'_>) -> Result<Option<String>, String> {
+        let now = self.current(go_on)?;
         Ok((now.resource_version != self.last.resource_version).then(|| describe_write(&now)))
     }
 }
@@ -86,18 +86,18 @@ fn describe_write(l: &NodeLease) -> String {
 
 impl LeaseHeartbeat {
     /// The lease as the API server has it now.
-    fn current(&self) -> Result<NodeLease, String> {
+    fn current(&self, go_on: GoOn<'_>) -> Result<NodeLease, String> {
         self.api
-            .node_lease(&self.node, None)
+            .node_lease(&self.node, Some(go_on))
             .map_err(|e| e.to_string())?
             .ok_or_else(|| "the lease is gone".to_string())
     }
-    fn reread(&mut self) -> Result<(), String> {
-        self.last = self.current()?;
+    fn reread(&mut self, go_on: GoOn<'_>) -> Result<(), String> {
+        self.last = self.current(go_on)?;
         Ok(())
     }
-    fn who(&self) -> Result<String, String> {
-        Ok(describe_write(&self.current()?))
+    fn who(&self, go_on: GoOn<'_>) -> Result<String, String> {
+        Ok(describe_write(&self.current(go_on)?))
     }
 }
 
@@ -131,24 +131,24 @@ impl NodeHeartbeat for StatusHeartbeat {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
-    fn beat(&mut self) -> Result<Beat, String> {
-        if let Some(who) = self.written_by_other()? {
+    fn beat(&mut self, go_on: GoOn<'_>) -> Result<Beat, String> {
+        if let Some(who) = self.written_by_other(go_on)? {
             return Ok(Beat::WrittenByOther(who));
         }
         let t = self
             .api
-            .beat_ready(&self.node, false, None)
+            .beat_ready(&self.node, false, Some(go_on))
             .map_err(|e| e.to_string())?;
         self.last = t.clone();
         Ok(Beat::Renewed(t))
     }
-    fn written_by_other(&mut self) -> Result<Option<String>, String> {
+    fn written_by_other(&mut self, go_on: GoOn<'_>) -> Result<Option<String>, String> {
         if self.last.is_empty() {
             return Ok(None);
         }
         let (_, now) = self
             .api
-            .ready_heartbeat(&self.node, None)
+            .ready_heartbeat(&self.node, Some(go_on))
             .map_err(|e| e.to_string())?;
         Ok((now != self.last).then(|| format!("lastHeartbeatTime {now}")))
     }
