@@ -402,3 +402,41 @@ fn each_attempt_is_bounded_by_what_the_guard_leaves() {
         "the attempts end with what the guard leaves ({budget:?}), not after their own 35 s: {took:?}, {e}"
     );
 }
+
+/// The bounds docs/fleet.md states, with the default options (about 2.5 minutes: run with
+/// `--ignored` when they change): a silent server and one answering a byte a second.
+#[test]
+#[ignore]
+fn measure_the_default_time_bounds() {
+    let silent = FakeApi::start(NODE, |_r: &Request| Reply::Silent(Duration::from_secs(600)));
+    let trickle = FakeApi::start(NODE, |_r: &Request| {
+        Reply::Stream(Box::new(|out| {
+            for _ in 0..600 {
+                if !chunk(out, b" ") {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }))
+    });
+    let runs: Vec<_> = [silent, trickle]
+        .into_iter()
+        .map(|api| {
+            std::thread::spawn(move || {
+                let dir = tempfile::tempdir().unwrap();
+                let c = client(&api, &dir, Options::default());
+                let t0 = Instant::now();
+                let e = c.version().unwrap_err();
+                (t0.elapsed(), api.requests().len(), e.to_string())
+            })
+        })
+        .collect();
+    for (what, run) in ["silent", "a byte a second"].iter().zip(runs) {
+        let (took, requests, e) = run.join().unwrap();
+        eprintln!("{what}: {took:?}, {requests} requests: {e}");
+        assert!(
+            took <= Duration::from_secs(4 * 35 + 4),
+            "{what}: at most attempts × (connect + read) + backoffs: {took:?}"
+        );
+    }
+}
