@@ -186,3 +186,103 @@ pub fn heartbeat(api: NodeApi, node: &str, via: Via) -> Result<Box<dyn NodeHeart
         })),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+    use testtools::apiserver::{status, FakeApi, Reply, Request};
+
+    /// A node-1 that is Ready and has a lease, whose lease renewals get `put`.
+    fn server(put: impl Fn() -> Reply + Send + Sync + 'static) -> FakeApi {
+        FakeApi::start("node-1", move |r: &Request| {
+            match (r.method.as_str(), r.path.as_str()) {
+                ("GET", "/api/v1/nodes/node-1") => Reply::Json(
+                    200,
+                    serde_json::json!({"kind": "Node", "metadata": {"name": "node-1"}, "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-05T10:00:00Z"}]}}).to_string(),
+                ),
+                ("GET", p) if p.contains("/leases/node-1") => Reply::Json(
+                    200,
+                    serde_json::json!({"kind": "Lease", "apiVersion": "coordination.k8s.io/v1", "metadata": {"name": "node-1", "resourceVersion": "7"}, "spec": {"holderIdentity": "node-1", "leaseDurationSeconds": 40, "renewTime": "2026-12-05T10:00:00.000000Z"}}).to_string(),
+                ),
+                ("PUT", _) => put(),
+                _ => Reply::Json(404, status(404, "not found")),
+            }
+        })
+    }
+
+    fn lease_heartbeat(api: &FakeApi, dir: &tempfile::TempDir) -> Box<dyn NodeHeartbeat> {
+        let kc = nodeapi::Kubeconfig::load(&api.kubeconfig(dir.path(), None, None), None).unwrap();
+        let api = NodeApi::connect(&kc, nodeapi::Options::default()).unwrap();
+        heartbeat(api, "node-1", Via::Lease).unwrap()
+    }
+
+    fn puts(api: &FakeApi) -> Vec<Request> {
+        api.requests()
+            .into_iter()
+            .filter(|r| r.method == "PUT")
+            .collect()
+    }
+
+    /// Issue 51, item 4: a renewal answered 503 + Retry-After is not tried again once the
+    /// hold's conditions fail (a watched container died meanwhile).
+    #[test]
+    fn a_failed_renewal_is_not_retried_after_the_holds_conditions_fail() {
+        let api = server(|| {
+            Reply::WithHeaders(
+                503,
+                vec![("retry-after".into(), "4".into())],
+                status(503, "overloaded"),
+            )
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let mut hb = lease_heartbeat(&api, &dir);
+        let t0 = Instant::now();
+        let died = Duration::from_millis(300);
+        let go_on = || -> Result<Duration, String> {
+            if t0.elapsed() > died {
+                Err("container web/app died".into())
+            } else {
+                Ok(Duration::from_secs(300))
+            }
+        };
+        let e = hb.beat(&go_on).unwrap_err();
+        assert!(
+            e.contains("container web/app died"),
+            "the renewal stops with the hold's reason: {e}"
+        );
+        let puts = puts(&api);
+        assert_eq!(
+            puts.len(),
+            1,
+            "one renewal sent, none retried after the container died"
+        );
+        assert!(
+            puts.iter().all(|r| r.at.duration_since(t0) < died),
+            "no renewal was sent after the container died"
+        );
+    }
+
+    /// Issue 51, item 5: a renewal never answered is abandoned when the run ends.
+    #[test]
+    fn a_renewal_never_answered_is_abandoned_when_the_run_ends() {
+        let api = server(|| Reply::Silent(Duration::from_secs(60)));
+        let dir = tempfile::tempdir().unwrap();
+        let mut hb = lease_heartbeat(&api, &dir);
+        let t0 = Instant::now();
+        let go_on = || -> Result<Duration, String> {
+            if t0.elapsed() > Duration::from_millis(300) {
+                Err("upgrade returned".into())
+            } else {
+                Ok(Duration::from_secs(300))
+            }
+        };
+        hb.beat(&go_on).unwrap_err();
+        assert!(
+            t0.elapsed() < Duration::from_millis(1_000),
+            "the stuck renewal returned within a guard step of the run's end: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(puts(&api).len(), 1, "the renewal was sent once");
+    }
+}
