@@ -607,8 +607,8 @@ fn server_message(body: &[u8]) -> String {
         message: String,
     }
     let text = match serde_json::from_slice::<Status>(body) {
-        Ok(s) => s.message,
-        Err(_) => String::from_utf8_lossy(body).trim().to_string(),
+        Ok(s) if !s.message.is_empty() => s.message,
+        _ => String::from_utf8_lossy(body).trim().to_string(),
     };
     let mut out = escape(&text);
     if out.chars().count() > 1000 {
