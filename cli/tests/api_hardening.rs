@@ -36,7 +36,9 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 /// `patch` of `node` with its pods from the API server, the kubeconfig found under
-/// `--host-root` (the node's directory).
+/// `--host-root` (the node's directory). A proxy that does not exist is set in the
+/// environment: the client connects directly, as docs/fleet.md says, and the success case
+/// proves it.
 fn patch_from_api(node: &Node, backup: &Path, extra: &[&str]) -> Run {
     let mut c = Command::new(bin());
     c.args(["patch", "--to", &node.last_target(), "-o", "json"])
@@ -49,7 +51,12 @@ fn patch_from_api(node: &Node, backup: &Path, extra: &[&str]) -> Run {
         .args(node.store_flags())
         .env_remove("KUBELET_REHASH_CRASH_AT")
         .env_remove("KUBELET_REHASH_CRASH_LOG")
-        .env_remove("KUBELET_REHASH_HOST_ROOT");
+        .env_remove("KUBELET_REHASH_HOST_ROOT")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy");
+    for proxy in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "ALL_PROXY"] {
+        c.env(proxy, "http://127.0.0.1:1");
+    }
     Run::from(c.output().unwrap())
 }
 
