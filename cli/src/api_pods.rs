@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use nodeapi::{ErrorClass as ApiClass, Kubeconfig, NodeApi, Options, KUBELET_KUBECONFIGS};
+use nodeapi::{
+    ErrorClass as ApiClass, Kubeconfig, NodeApi, NodeRoot, Options, KUBELET_KUBECONFIGS,
+};
 use storepatch::layout::HostRoot;
 
 use crate::{exit, read_source, Failure};
@@ -113,33 +115,38 @@ impl PodsFlags {
             Some(dir) => HostRoot::new(dir).map_err(|e| Failure::usage(e.to_string()))?,
             None => HostRoot::none(),
         };
-        let on_host = |p: &Path| host.resolve(p).unwrap_or_else(|_| p.to_path_buf());
+        // A node path that cannot be resolved inside the host root (a link loop) is not
+        // there: falling back to the same path on this machine would read this machine's file.
+        let on_host = |p: &Path| host.resolve(p).ok();
+        let found = || {
+            KUBELET_KUBECONFIGS
+                .iter()
+                .filter_map(|(_, p)| on_host(Path::new(p)))
+                .find(|p| p.is_file())
+        };
         let path = match &self.kubeconfig {
             Some(p) => p.clone(),
-            None if !required => match KUBELET_KUBECONFIGS
-                .iter()
-                .map(|(_, p)| on_host(Path::new(p)))
-                .find(|p| p.is_file())
-            {
+            None if !required => match found() {
                 Some(p) => p,
                 None => return Ok(None),
             },
-            None => KUBELET_KUBECONFIGS
-                .iter()
-                .map(|(_, p)| on_host(Path::new(p)))
-                .find(|p| p.is_file())
-                .ok_or_else(|| {
-                    Failure::usage(format!(
-                        "no --pods and no --kubeconfig, and no kubelet kubeconfig on this node ({}): give one of them",
-                        KUBELET_KUBECONFIGS
-                            .iter()
-                            .map(|(d, p)| format!("{d} {p}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                })?,
+            None => found().ok_or_else(|| {
+                Failure::usage(format!(
+                    "no --pods and no --kubeconfig, and no kubelet kubeconfig on this node ({}): give one of them",
+                    KUBELET_KUBECONFIGS
+                        .iter()
+                        .map(|(d, p)| format!("{d} {p}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?,
         };
-        let kc = Kubeconfig::load(&path, &on_host)?;
+        let resolve = |p: &Path| host.resolve(p);
+        let root = host.dir().map(|dir| NodeRoot {
+            dir,
+            resolve: &resolve,
+        });
+        let kc = Kubeconfig::load(&path, root.as_ref())?;
         let (node, how) = self.node_name(&kc, &on_host);
         let api = NodeApi::connect(&kc, Options::default())?;
         Ok(Some(Connected { api, node, how }))
@@ -149,13 +156,15 @@ impl PodsFlags {
     fn node_name(
         &self,
         kc: &Kubeconfig,
-        on_host: &dyn Fn(&Path) -> PathBuf,
+        on_host: &dyn Fn(&Path) -> Option<PathBuf>,
     ) -> (String, &'static str) {
         if let Some(n) = &self.node_name {
             return (n.clone(), "--node-name");
         }
         for flags in rehash::cri_dockerd::KUBELET_FLAG_FILES {
-            if let Ok(text) = std::fs::read_to_string(on_host(Path::new(flags))) {
+            if let Some(text) =
+                on_host(Path::new(flags)).and_then(|p| std::fs::read_to_string(p).ok())
+            {
                 if let Some(n) = hostname_override(&text) {
                     return (n, "the kubelet's --hostname-override");
                 }
@@ -166,8 +175,8 @@ impl PodsFlags {
                 return (n.to_string(), "the kubelet's client certificate");
             }
         }
-        let hostname = std::fs::read_to_string(on_host(Path::new("/etc/hostname")))
-            .ok()
+        let hostname = on_host(Path::new("/etc/hostname"))
+            .and_then(|p| std::fs::read_to_string(p).ok())
             .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
             .unwrap_or_default();
         (

@@ -1,6 +1,6 @@
 //! The three questions, over one TLS connection, with timeouts and retries.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use kube::config::AuthInfo;
@@ -23,6 +23,14 @@ pub struct Options {
     pub first_backoff: Duration,
     /// Pods per page of the list.
     pub page_size: u32,
+    /// The most bytes one response may have: a server that sends more (an endless body) is
+    /// cut off there, not buffered until memory runs out.
+    pub max_response_bytes: usize,
+    /// The most bytes the pods of one listing may have, all pages together.
+    pub max_list_bytes: usize,
+    /// The most pages one listing may have: more than a node can fill is a server that pages
+    /// forever.
+    pub max_pages: u32,
 }
 
 impl Default for Options {
@@ -33,6 +41,13 @@ impl Default for Options {
             attempts: 4,
             first_backoff: Duration::from_millis(500),
             page_size: 500,
+            // A real node's pods: at most a few hundred (110 by default, the kubelet's
+            // maxPods), tens of kB each with their managedFields: a few MB. These bounds are
+            // far above that and far below what hurts a node.
+            max_response_bytes: 64 << 20,
+            max_list_bytes: 256 << 20,
+            // 64 pages of 500: 32,000 pods, far more than any node runs
+            max_pages: 64,
         }
     }
 }
@@ -131,11 +146,23 @@ impl NodeApi {
                 });
             }
         }
-        let uri: http::Uri = kc
-            .server
-            .parse()
-            .map_err(|e| kerr(format!("server {:?} is not a URL: {e}", kc.server)))?;
+        let uri: http::Uri = kc.server.parse().map_err(|e| {
+            kerr(format!(
+                "server {:?} is not a URL: {e}",
+                redact_url(&kc.server)
+            ))
+        })?;
+        if uri.scheme_str() != Some("https") {
+            return Err(kerr(format!(
+                "server {} is not https: the credential would travel in clear and the API server's identity would not be checked (as with insecure-skip-tls-verify); give its https URL and CA",
+                redact_url(&kc.server)
+            )));
+        }
         let mut config = kube::Config::new(uri);
+        // The attempts are this client's own (Options::attempts, each bounded in time): kube's
+        // retry layer inside each of them (up to 15 retries, honouring Retry-After) would
+        // multiply them and outlast every bound.
+        config.default_retry = false;
         config.connect_timeout = Some(options.connect_timeout);
         config.read_timeout = Some(options.read_timeout);
         config.write_timeout = Some(options.read_timeout);
@@ -184,7 +211,7 @@ impl NodeApi {
         Ok(NodeApi {
             rt,
             client,
-            server: kc.server.clone(),
+            server: redact_url(&kc.server),
             identity: kc.identity(),
             own_node,
             ca: match &kc.ca {
@@ -195,7 +222,7 @@ impl NodeApi {
         })
     }
 
-    /// The API server URL.
+    /// The API server URL (without a password it may carry).
     pub fn server(&self) -> &str {
         &self.server
     }
@@ -208,8 +235,14 @@ impl NodeApi {
     /// `GET /version`.
     pub fn version(&self) -> Result<ServerVersion, Error> {
         let text = self.get("/version", "get", "the server version")?;
-        serde_json::from_str(&text)
-            .map_err(|e| self.unexpected("/version", format!("not a version: {e}")))
+        let v: ServerVersion = serde_json::from_str(&text)
+            .map_err(|e| self.unexpected("/version", format!("not a version: {e}")))?;
+        // printed and recorded: the server's text, escaped
+        Ok(ServerVersion {
+            major: escape(&v.major),
+            minor: escape(&v.minor),
+            git_version: escape(&v.git_version),
+        })
     }
 
     /// `GET /api/v1/nodes/NAME`. A node's own credential (`system:node:OWN`) is refused for
@@ -238,12 +271,7 @@ impl NodeApi {
             })?;
         let v: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| self.unexpected(&path, format!("not JSON: {e}")))?;
-        let s = |p: &str| {
-            v.pointer(p)
-                .and_then(|x| x.as_str())
-                .unwrap_or("")
-                .to_string()
-        };
+        let s = |p: &str| escape(v.pointer(p).and_then(|x| x.as_str()).unwrap_or(""));
         Ok(NodeInfo {
             name: s("/metadata/name"),
             kubelet_version: s("/status/nodeInfo/kubeletVersion"),
@@ -254,7 +282,10 @@ impl NodeApi {
     /// Every pod bound to `node`, in all namespaces (mirror pods included), as one `PodList`
     /// whose items are the served JSON byte for byte; listed in pages of
     /// [`Options::page_size`], `on_page(pods so far)` after each. A continue token that expired
-    /// during the listing (410) starts it over once.
+    /// during the listing (410) starts it over once. Refused: an item bound to another node
+    /// ([`Error::OtherNodesPod`]: the plan would rewrite this node's store after another
+    /// node's pods), a continue token served twice, more than [`Options::max_pages`] pages or
+    /// [`Options::max_list_bytes`] in all.
     pub fn pods_of_node(
         &self,
         node: &str,
@@ -274,13 +305,41 @@ impl NodeApi {
             #[serde(default, rename = "resourceVersion")]
             resource_version: String,
         }
+        /// What an item says of where it runs; the rest stays raw.
+        #[derive(Deserialize, Default)]
+        #[serde(default)]
+        struct Item {
+            metadata: ItemMeta,
+            spec: ItemSpec,
+        }
+        #[derive(Deserialize, Default)]
+        #[serde(default)]
+        struct ItemMeta {
+            namespace: String,
+            name: String,
+        }
+        #[derive(Deserialize, Default)]
+        #[serde(default, rename_all = "camelCase")]
+        struct ItemSpec {
+            node_name: String,
+        }
         let selector = percent(&format!("spec.nodeName={node}"));
         'listing: for _ in 0..2 {
             let mut items = Vec::new();
             let mut count = 0usize;
             let mut cont = String::new();
+            let mut seen = std::collections::HashSet::new();
             let mut rv = None;
-            loop {
+            for page_number in 1.. {
+                if page_number > self.options.max_pages {
+                    return Err(self.unexpected(
+                        "/api/v1/pods",
+                        format!(
+                            "the listing of node {node}'s pods goes on past {} pages of {} ({count} pods so far): more than a node can have, refused",
+                            self.options.max_pages, self.options.page_size
+                        ),
+                    ));
+                }
                 let mut path = format!(
                     "/api/v1/pods?fieldSelector={selector}&limit={}",
                     self.options.page_size
@@ -301,7 +360,23 @@ impl NodeApi {
                     .map_err(|e| self.unexpected(&path, format!("not a pod list: {e}")))?;
                 rv.get_or_insert(page.metadata.resource_version.clone());
                 for item in page.items {
-                    if count > 0 || !items.is_empty() {
+                    let it: Item = serde_json::from_str(item.get()).unwrap_or_default();
+                    if it.spec.node_name != node {
+                        return Err(Error::OtherNodesPod {
+                            server: self.server.clone(),
+                            node: node.to_string(),
+                            pod: escape(&format!("{}/{}", it.metadata.namespace, it.metadata.name)),
+                            other: escape(&it.spec.node_name),
+                        });
+                    }
+                    if items.len() + item.get().len() + 1 > self.options.max_list_bytes {
+                        return Err(Error::TooLarge {
+                            server: self.server.clone(),
+                            what: format!("the pods of node {node} ({count} so far)"),
+                            limit: self.options.max_list_bytes,
+                        });
+                    }
+                    if count > 0 {
                         items.push(b',');
                     }
                     items.extend_from_slice(item.get().as_bytes());
@@ -310,6 +385,15 @@ impl NodeApi {
                 on_page(count);
                 if page.metadata.cont.is_empty() {
                     break;
+                }
+                // a token served again would page forever
+                if !seen.insert(page.metadata.cont.clone()) {
+                    return Err(self.unexpected(
+                        &path,
+                        format!(
+                            "the listing's continue token came back again on page {page_number}: the server pages in a loop, refused"
+                        ),
+                    ));
                 }
                 cont = page.metadata.cont;
             }
@@ -328,32 +412,52 @@ impl NodeApi {
 
     /// One GET with retries; `verb` and `what` name the request in a 403.
     fn get(&self, path: &str, verb: &'static str, what: &str) -> Result<String, Error> {
-        self.send(Call::get(path), verb, what)
+        self.send(Call::get(path), verb, what, None)
     }
 
     /// One request with retries for failures that may pass (no connection, 429, 5xx).
+    /// `guard`, when given, is asked before every attempt and every 100 ms while one runs:
+    /// its `Err` stops the request at once ([`Error::Stopped`]: no attempt is sent, one in
+    /// flight is abandoned), its `Ok` bounds what the attempt may still take.
     pub(crate) fn send(
         &self,
         call: Call<'_>,
         verb: &'static str,
         what: &str,
+        guard: Option<Guard<'_>>,
     ) -> Result<String, Error> {
+        let stopped = |why: String| Error::Stopped {
+            server: self.server.clone(),
+            why,
+        };
+        let ask = || guard.map(|g| g().map_err(stopped)).transpose();
+        let attempts = self.options.attempts.max(1);
         let mut backoff = self.options.first_backoff;
         let mut last = String::new();
-        for attempt in 1..=self.options.attempts.max(1) {
-            match self.attempt(&call, verb, what) {
+        for attempt in 1..=attempts {
+            let left = ask()?;
+            match self.attempt(&call, verb, what, guard, left) {
                 Ok(text) => return Ok(text),
                 Err(Attempt::Final(e)) => return Err(e),
                 Err(Attempt::Again(cause)) => last = cause,
             }
-            if attempt < self.options.attempts {
-                std::thread::sleep(backoff);
+            if attempt < attempts {
+                // in steps, so a guard that fails meanwhile stops the wait too
+                let until = Instant::now() + backoff.min(ask()?.unwrap_or(backoff));
+                while Instant::now() < until {
+                    std::thread::sleep(
+                        until
+                            .saturating_duration_since(Instant::now())
+                            .min(GUARD_STEP),
+                    );
+                    ask()?;
+                }
                 backoff *= 2;
             }
         }
         Err(Error::Unreachable {
             server: self.server.clone(),
-            attempts: self.options.attempts.max(1),
+            attempts,
             cause: last,
         })
     }
@@ -367,7 +471,36 @@ impl NodeApi {
         }
     }
 
-    fn attempt(&self, call: &Call<'_>, verb: &'static str, what: &str) -> Result<String, Attempt> {
+    /// One request and its whole answer, at most [`Options::max_response_bytes`] of it.
+    async fn exchange(&self, request: http::Request<Vec<u8>>) -> Result<(u16, Vec<u8>), Failed> {
+        use http_body_util::BodyExt as _;
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await
+            .map_err(Failed::Client)?;
+        let code = response.status().as_u16();
+        let mut body = response.into_body();
+        let mut out = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.map_err(Failed::Client)?.into_data() {
+                if out.len() + data.len() > self.options.max_response_bytes {
+                    return Err(Failed::TooLarge);
+                }
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok((code, out))
+    }
+
+    fn attempt(
+        &self,
+        call: &Call<'_>,
+        verb: &'static str,
+        what: &str,
+        guard: Option<Guard<'_>>,
+        left: Option<Duration>,
+    ) -> Result<String, Attempt> {
         let mut request = http::Request::builder().method(call.method).uri(call.path);
         if let Some(ct) = call.content_type {
             request = request.header(http::header::CONTENT_TYPE, ct);
@@ -375,42 +508,39 @@ impl NodeApi {
         let request = request
             .body(call.body.to_vec())
             .map_err(|e| Attempt::Final(self.unexpected_call(call, e.to_string())))?;
-        let deadline = self.options.connect_timeout + self.options.read_timeout;
+        let own = self.options.connect_timeout + self.options.read_timeout;
+        let limit = left.map_or(own, |l| l.min(own));
+        let deadline = Instant::now() + limit;
         let result = self.rt.block_on(async {
-            tokio::time::timeout(deadline, self.client.request_text(request)).await
-        });
-        let err = match result {
-            Ok(Ok(text)) => return Ok(text),
-            Ok(Err(e)) => e,
-            Err(_) => return Err(Attempt::Again(format!("no answer within {deadline:?}"))),
-        };
-        match err {
-            kube::Error::Api(status) => {
-                let message = status.message.clone();
-                match status.code {
-                    401 => Err(Attempt::Final(Error::Unauthorized {
-                        server: self.server.clone(),
-                        identity: self.identity.clone(),
-                        message,
-                    })),
-                    403 => Err(Attempt::Final(Error::Forbidden {
-                        server: self.server.clone(),
-                        identity: self.identity.clone(),
-                        verb,
-                        resource: what.to_string(),
-                        message,
-                    })),
-                    429 | 500 | 502 | 503 | 504 => {
-                        Err(Attempt::Again(format!("{} {}", status.code, message)))
+            let mut exchange = std::pin::pin!(self.exchange(request));
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(None);
+                }
+                let step = if guard.is_some() { GUARD_STEP } else { left };
+                match tokio::time::timeout(step.min(left), &mut exchange).await {
+                    Ok(r) => return Ok(r),
+                    Err(_) => {
+                        if let Some(Err(why)) = guard.map(|g| g()) {
+                            return Err(Some(why));
+                        }
                     }
-                    code => Err(Attempt::Final(
-                        self.unexpected_call(call, format!("{code} {message}")),
-                    )),
                 }
             }
-            other => {
-                let chain = chain(&other);
-                if is_tls(&chain) {
+        });
+        let (code, body) = match result {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(Failed::TooLarge)) => {
+                return Err(Attempt::Final(Error::TooLarge {
+                    server: self.server.clone(),
+                    what: format!("the answer to {} {}", call.method, call.path),
+                    limit: self.options.max_response_bytes,
+                }))
+            }
+            Ok(Err(Failed::Client(e))) => {
+                let chain = escape(&chain(&e));
+                return if is_tls(&chain) {
                     Err(Attempt::Final(Error::Tls {
                         server: self.server.clone(),
                         ca: self.ca.clone(),
@@ -418,10 +548,106 @@ impl NodeApi {
                     }))
                 } else {
                     Err(Attempt::Again(chain))
-                }
+                };
             }
+            Err(Some(why)) => {
+                return Err(Attempt::Final(Error::Stopped {
+                    server: self.server.clone(),
+                    why,
+                }))
+            }
+            Err(None) => return Err(Attempt::Again(format!("no answer within {limit:?}"))),
+        };
+        if (200..300).contains(&code) {
+            return String::from_utf8(body).map_err(|e| {
+                Attempt::Final(self.unexpected_call(call, format!("{code}: not UTF-8: {e}")))
+            });
+        }
+        let message = server_message(&body);
+        match code {
+            401 => Err(Attempt::Final(Error::Unauthorized {
+                server: self.server.clone(),
+                identity: self.identity.clone(),
+                message,
+            })),
+            403 => Err(Attempt::Final(Error::Forbidden {
+                server: self.server.clone(),
+                identity: self.identity.clone(),
+                verb,
+                resource: what.to_string(),
+                message,
+            })),
+            429 | 500 | 502 | 503 | 504 => Err(Attempt::Again(format!("{code} {message}"))),
+            code => Err(Attempt::Final(
+                self.unexpected_call(call, format!("{code} {message}")),
+            )),
         }
     }
+}
+
+/// Asked before every attempt of a request and while it runs (see [`NodeApi`]'s heartbeat
+/// calls): how long the request may still take, or why it must not be made or go on.
+pub type Guard<'a> = &'a dyn Fn() -> Result<Duration, String>;
+
+/// How often a running attempt asks its guard.
+const GUARD_STEP: Duration = Duration::from_millis(100);
+
+/// Why an exchange has no answer.
+enum Failed {
+    Client(kube::Error),
+    TooLarge,
+}
+
+/// The message of an error answer (a `Status`' message, else the body), escaped and cut to a
+/// length a terminal line can show.
+fn server_message(body: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Status {
+        #[serde(default)]
+        message: String,
+    }
+    let text = match serde_json::from_slice::<Status>(body) {
+        Ok(s) if !s.message.is_empty() => s.message,
+        _ => String::from_utf8_lossy(body).trim().to_string(),
+    };
+    let mut out = escape(&text);
+    if out.chars().count() > 1000 {
+        out = out.chars().take(1000).collect::<String>() + "…";
+    }
+    out
+}
+
+/// `s` with every control character (escape sequences, carriage returns, newlines) and every
+/// bidirectional override written as `\u{..}`: what the server says cannot clear a terminal or
+/// forge a line of the tool's output.
+pub(crate) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The URL without the password it may carry (`https://***@host`): URLs are printed and
+/// recorded in reports.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return escape(url);
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
+        // the user part may be a secret too (a token as the user name)
+        Some((_, host)) => format!("***@{host}"),
+        None => authority.to_string(),
+    };
+    escape(&format!("{scheme}://{authority}{tail}"))
 }
 
 /// One request: method, path (with its query), body.

@@ -111,6 +111,40 @@ pub enum Error {
         /// The node the credential belongs to.
         own: String,
     },
+    /// A pod of the listing is bound to another node: the plan would rewrite this node's
+    /// store after another node's pods (exit 3, as for a foreign pods file).
+    #[error("API server {server} listed pod {pod} of node {other:?} among the pods of node {node}: refused, the plan is made only from this node's own pods")]
+    OtherNodesPod {
+        /// The server URL.
+        server: String,
+        /// The node asked for.
+        node: String,
+        /// The pod (`namespace/name`, escaped).
+        pod: String,
+        /// The node it is bound to (escaped).
+        other: String,
+    },
+    /// An answer or a listing larger than any real node's (an endless body): cut off there.
+    #[error(
+        "API server {server}: {what} exceeds {limit} bytes, far more than any node's pods: refused"
+    )]
+    TooLarge {
+        /// The server URL.
+        server: String,
+        /// What was being read.
+        what: String,
+        /// The bound, bytes.
+        limit: usize,
+    },
+    /// The request's guard said no more attempts may be made (the hold's conditions no longer
+    /// stand): nothing further was sent.
+    #[error("API server {server}: request stopped: {why}")]
+    Stopped {
+        /// The server URL.
+        server: String,
+        /// Why.
+        why: String,
+    },
     /// Any other answer.
     #[error("API server {server}: {method} {path}: {what}")]
     Unexpected {
@@ -130,12 +164,16 @@ impl Error {
     pub fn class(&self) -> ErrorClass {
         match self {
             Error::Kubeconfig { .. } | Error::Credential { .. } => ErrorClass::Usage,
-            Error::NodeNotFound { .. } | Error::NotThisNode { .. } => ErrorClass::Refused,
+            Error::NodeNotFound { .. }
+            | Error::NotThisNode { .. }
+            | Error::OtherNodesPod { .. } => ErrorClass::Refused,
             Error::CertificateNotValid { .. }
             | Error::Unreachable { .. }
             | Error::Tls { .. }
             | Error::Unauthorized { .. }
             | Error::Forbidden { .. }
+            | Error::TooLarge { .. }
+            | Error::Stopped { .. }
             | Error::Unexpected { .. } => ErrorClass::Api,
         }
     }

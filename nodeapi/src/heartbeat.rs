@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::client::{percent, Call};
+use crate::client::{percent, Call, Guard};
 use crate::{Error, NodeApi};
 
 /// The namespace of the node leases.
@@ -103,6 +103,7 @@ impl NodeApi {
         dry_run: bool,
         verb: &'static str,
         what: &str,
+        guard: Option<Guard<'_>>,
     ) -> Result<String, Error> {
         let path = if dry_run {
             format!("{path}?dryRun=All")
@@ -115,7 +116,7 @@ impl NodeApi {
             body,
             content_type: Some(content_type),
         };
-        self.send(call, verb, what)
+        self.send(call, verb, what, guard)
     }
 
     fn lease_path(node: &str) -> String {
@@ -126,14 +127,20 @@ impl NodeApi {
     }
 
     /// `GET` the node's Lease; `None` when there is none (404: a cluster without node leases,
-    /// or a kubelet that never made one).
-    pub fn node_lease(&self, node: &str) -> Result<Option<NodeLease>, Error> {
+    /// or a kubelet that never made one). `guard`: as for every call of the hold, asked before
+    /// each attempt and while it runs ([`Guard`]).
+    pub fn node_lease(
+        &self,
+        node: &str,
+        guard: Option<Guard<'_>>,
+    ) -> Result<Option<NodeLease>, Error> {
         self.own_only(node)?;
         let path = Self::lease_path(node);
         match self.send(
             Call::get(&path),
             "get",
             &format!("lease {NODE_LEASE_NAMESPACE}/{node}"),
+            guard,
         ) {
             Ok(text) => NodeLease::from_json(&text)
                 .map(Some)
@@ -147,11 +154,14 @@ impl NodeApi {
     /// resourceVersion, so a write of the kubelet since `lease` was read is never overwritten
     /// ([`Renewal::Conflict`]). `dry_run`: the API server authorizes and admits it but stores
     /// nothing (`?dryRun=All`): the preflight's proof that the renewals will be allowed.
+    /// `guard`: asked before each attempt and while it runs ([`Guard`]): a renewal is neither
+    /// sent nor retried once the hold's conditions no longer stand.
     pub fn renew_node_lease(
         &self,
         node: &str,
         lease: &NodeLease,
         dry_run: bool,
+        guard: Option<Guard<'_>>,
     ) -> Result<Renewal, Error> {
         self.own_only(node)?;
         let mut object = lease.object.clone();
@@ -167,6 +177,7 @@ impl NodeApi {
             dry_run,
             "update",
             &what,
+            guard,
         ) {
             Ok(text) => NodeLease::from_json(&text)
                 .map(Renewal::Renewed)
@@ -177,10 +188,14 @@ impl NodeApi {
     }
 
     /// The `lastHeartbeatTime` of the node's Ready condition, and whether it is `True`.
-    pub fn ready_heartbeat(&self, node: &str) -> Result<(bool, String), Error> {
+    pub fn ready_heartbeat(
+        &self,
+        node: &str,
+        guard: Option<Guard<'_>>,
+    ) -> Result<(bool, String), Error> {
         self.own_only(node)?;
         let path = format!("/api/v1/nodes/{}", percent(node));
-        let text = self.send(Call::get(&path), "get", &format!("node {node}"))?;
+        let text = self.send(Call::get(&path), "get", &format!("node {node}"), guard)?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| self.unexpected(&path, format!("not JSON: {e}")))?;
         let ready = v["status"]["conditions"]
@@ -200,8 +215,14 @@ impl NodeApi {
 
     /// Sets the Ready condition's `lastHeartbeatTime` to a second ago (a strategic merge patch of the
     /// node's status, keyed by the condition's type: its status, reason and message stay);
-    /// returns the time written. For clusters without node leases.
-    pub fn beat_ready(&self, node: &str, dry_run: bool) -> Result<String, Error> {
+    /// returns the time written. For clusters without node leases. `guard`: as for
+    /// [`NodeApi::renew_node_lease`].
+    pub fn beat_ready(
+        &self,
+        node: &str,
+        dry_run: bool,
+        guard: Option<Guard<'_>>,
+    ) -> Result<String, Error> {
         self.own_only(node)?;
         // metav1.Time: whole seconds. One second in the past on purpose: the controller takes
         // any change of the value as a heartbeat, and a kubelet on this node writes its own
@@ -216,7 +237,7 @@ impl NodeApi {
         let path = format!("/api/v1/nodes/{}/status", percent(node));
         let what = format!("the status of node {node}");
         let ct = "application/strategic-merge-patch+json";
-        self.write("PATCH", &path, &body, ct, dry_run, "patch", &what)?;
+        self.write("PATCH", &path, &body, ct, dry_run, "patch", &what, guard)?;
         Ok(now)
     }
 }

@@ -74,6 +74,33 @@ struct ContextEntry {
     user: String,
 }
 
+/// The node's `/` as seen from here (`--host-root`), for a kubeconfig of the node.
+pub struct NodeRoot<'a> {
+    /// The directory the node's `/` is mounted at, canonical (no symbolic link in it).
+    pub dir: &'a Path,
+    /// Resolves one of the node's absolute paths inside `dir` as `chroot(dir)` would: an
+    /// absolute link target restarts at `dir`, `..` stops there (storepatch's
+    /// `HostRoot::resolve`). An error (a link loop) refuses the name.
+    pub resolve: &'a dyn Fn(&Path) -> std::io::Result<PathBuf>,
+}
+
+impl NodeRoot<'_> {
+    /// The node's path of `path` when it lies under the root (`/host/etc/x` → `/etc/x`):
+    /// by its name, or by its directory's real place (a root given through a link).
+    fn node_path(&self, path: &Path) -> Option<PathBuf> {
+        let abs = std::path::absolute(path).ok()?;
+        let inside = |p: &Path| {
+            p.strip_prefix(self.dir)
+                .ok()
+                .map(|r| Path::new("/").join(r))
+        };
+        inside(&abs).or_else(|| {
+            let parent = std::fs::canonicalize(abs.parent()?).ok()?;
+            Some(inside(&parent)?.join(abs.file_name()?))
+        })
+    }
+}
+
 /// A kubeconfig's current context, every credential read.
 #[derive(Clone)]
 pub struct Kubeconfig {
@@ -98,7 +125,7 @@ impl std::fmt::Debug for Kubeconfig {
         // no key or token in logs
         f.debug_struct("Kubeconfig")
             .field("path", &self.path)
-            .field("server", &self.server)
+            .field("server", &crate::client::redact_url(&self.server))
             .field("user", &self.user)
             .finish_non_exhaustive()
     }
@@ -106,14 +133,29 @@ impl std::fmt::Debug for Kubeconfig {
 
 impl Kubeconfig {
     /// Reads the kubeconfig at `path` (a path on this machine) and every file its current
-    /// context names: an absolute one as `on_host(path)` (the node's path under the host's
-    /// root), a relative one from the kubeconfig's directory, as kubectl resolves them.
-    pub fn load(path: &Path, on_host: &dyn Fn(&Path) -> PathBuf) -> Result<Kubeconfig, Error> {
+    /// context names. Without a node root, a relative name is taken from the kubeconfig's
+    /// directory and an absolute one as given, as kubectl resolves them. Under a node root
+    /// (`--host-root`), every name resolves inside it (absolute names are the node's paths;
+    /// relative ones too when the kubeconfig itself lies under the root, from its directory on
+    /// the node): a name that cannot be resolved there is refused, never read on this
+    /// machine instead, for the file would go to the server that kubeconfig names.
+    pub fn load(path: &Path, root: Option<&NodeRoot<'_>>) -> Result<Kubeconfig, Error> {
         let err = |what: String| Error::Kubeconfig {
             path: path.to_path_buf(),
             what,
         };
-        let local = path.to_path_buf();
+        // Under the root, the kubeconfig is read as the node sees it too: a symbolic link
+        // planted in its place restarts at the root, as everything it names will.
+        let on_node = root.and_then(|r| r.node_path(path).map(|node| (r, node)));
+        let local = match &on_node {
+            Some((r, node)) => (r.resolve)(node).map_err(|e| {
+                err(format!(
+                    "cannot be resolved inside the host root {}: {e}",
+                    r.dir.display()
+                ))
+            })?,
+            None => path.to_path_buf(),
+        };
         let text = read_regular(&local).map_err(err)?;
         let file: File =
             serde_yaml::from_slice(&text).map_err(|e| err(format!("not a kubeconfig: {e}")))?;
@@ -153,12 +195,21 @@ impl Kubeconfig {
             ));
         }
         let dir = local.parent().unwrap_or(Path::new("/")).to_path_buf();
-        let resolve = |p: &str| {
+        let resolve = |p: &str| -> Result<PathBuf, String> {
             let p = Path::new(p);
-            if p.is_absolute() {
-                on_host(p)
-            } else {
-                dir.join(p)
+            let refused = |r: &NodeRoot<'_>, e: std::io::Error| {
+                format!(
+                    "cannot be resolved inside the host root {} ({e}): it is not read on this machine instead",
+                    r.dir.display()
+                )
+            };
+            match (&on_node, root) {
+                (Some((r, node)), _) => {
+                    let node_dir = node.parent().unwrap_or(Path::new("/"));
+                    (r.resolve)(&node_dir.join(p)).map_err(|e| refused(r, e))
+                }
+                (None, Some(r)) if p.is_absolute() => (r.resolve)(p).map_err(|e| refused(r, e)),
+                _ => Ok(dir.join(p)),
             }
         };
         let credential = |field: &'static str, file: &Option<String>, data: &Option<String>| match (
@@ -173,17 +224,15 @@ impl Kubeconfig {
                     path: path.to_path_buf(),
                     what: format!("{field}-data is not base64: {e}"),
                 }),
-            (None, Some(f)) => {
-                let local_file = resolve(f);
-                read_regular(&local_file)
-                    .map(|b| Some((b, f.clone())))
-                    .map_err(|what| Error::Credential {
-                        kubeconfig: path.to_path_buf(),
-                        field,
-                        path: PathBuf::from(f),
-                        what,
-                    })
-            }
+            (None, Some(f)) => resolve(f)
+                .and_then(|local_file| read_regular(&local_file))
+                .map(|b| Some((b, f.clone())))
+                .map_err(|what| Error::Credential {
+                    kubeconfig: path.to_path_buf(),
+                    field,
+                    path: PathBuf::from(f),
+                    what,
+                }),
             (None, None) => Ok(None),
         };
         let ca = credential(
@@ -210,11 +259,13 @@ impl Kubeconfig {
         let token = match (&user.token, &user.token_file) {
             (Some(t), _) => Some(t.trim().to_string()),
             (None, Some(f)) => {
-                let b = read_regular(&resolve(f)).map_err(|what| Error::Credential {
-                    kubeconfig: path.to_path_buf(),
-                    field: "token-file",
-                    path: PathBuf::from(f),
-                    what,
+                let b = resolve(f).and_then(|l| read_regular(&l)).map_err(|what| {
+                    Error::Credential {
+                        kubeconfig: path.to_path_buf(),
+                        field: "token-file",
+                        path: PathBuf::from(f),
+                        what,
+                    }
                 })?;
                 Some(String::from_utf8_lossy(&b).trim().to_string())
             }

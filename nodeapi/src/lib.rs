@@ -25,7 +25,7 @@ pub mod heartbeat;
 mod kubeconfig;
 
 pub use cert::Certificate;
-pub use client::{NodeApi, NodeInfo, Options, ServerVersion};
+pub use client::{Guard, NodeApi, NodeInfo, Options, ServerVersion};
 pub use error::{Error, ErrorClass};
 pub use heartbeat::{NodeLease, Renewal};
-pub use kubeconfig::{Kubeconfig, KUBELET_KUBECONFIGS};
+pub use kubeconfig::{Kubeconfig, NodeRoot, KUBELET_KUBECONFIGS};

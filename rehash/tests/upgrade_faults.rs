@@ -45,6 +45,8 @@ struct FakeNode {
     kill_also: Cell<Option<Step>>,
     /// Stopping the runtime kills the containers (KillMode=control-group).
     runtime_stop_kills: bool,
+    /// The watched containers die when the kubelet stops (on their own, not by the runtime).
+    kubelet_stop_kills: bool,
     containers_dead: Cell<bool>,
     /// The kubelet that runs never becomes healthy (its start "works", its endpoint never
     /// answers).
@@ -75,6 +77,7 @@ impl FakeNode {
             fault: Cell::new(Fault::None),
             kill_also: Cell::new(None),
             runtime_stop_kills: false,
+            kubelet_stop_kills: false,
             containers_dead: Cell::new(false),
             never_healthy: Cell::new(false),
             sick_next_start: Cell::new(false),
@@ -105,6 +108,9 @@ impl NodeControl for FakeNode {
     fn stop_kubelet(&self) -> Result<(), NodeError> {
         self.call("stop-kubelet");
         self.kubelet_up.set(false);
+        if self.kubelet_stop_kills {
+            self.containers_dead.set(true);
+        }
         Ok(())
     }
     fn start_kubelet(&self) -> Result<(), NodeError> {
@@ -513,11 +519,46 @@ fn a_runtime_unit_that_kills_its_containers_is_caught_before_anything_is_written
         UpgradeResult::RolledBack { step, cause } => {
             assert_eq!(*step, Step::CheckContainers);
             assert!(cause.contains("nothing was written"), "{cause}");
+            assert!(
+                cause.contains("stopping the runtime killed") && cause.contains("KillMode=process"),
+                "containers alive until the runtime's stop are blamed on it: {cause}"
+            );
         }
         other => panic!("{other:?}"),
     }
     assert!(fake.safe());
     assert_same(&before, &s, "runtime stop killed the containers");
+    assert!(
+        !s.backup.join("store").exists(),
+        "no backup: nothing was written"
+    );
+}
+
+/// Issue 51: a watched container that died before the runtime was stopped is not blamed on
+/// the runtime's stop (its KillMode is not the cause); the window still stops before
+/// anything is written.
+#[test]
+fn containers_dead_before_the_runtime_stop_are_not_blamed_on_it() {
+    let s = setup("containerd-1.7", "1.31");
+    let before = snapshot(&s);
+    let interrupt = flag();
+    let mut fake = FakeNode::new(interrupt);
+    fake.kubelet_stop_kills = true;
+    let r = rehash::upgrade(&options(&s, interrupt), &fake).unwrap();
+    match &r.result {
+        UpgradeResult::RolledBack { step, cause } => {
+            assert_eq!(*step, Step::CheckContainers);
+            assert!(
+                cause.contains("died in the window before the runtime was stopped")
+                    && !cause.contains("KillMode")
+                    && cause.contains("nothing was written"),
+                "a container dead before the runtime's stop is not blamed on it: {cause}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(fake.safe());
+    assert_same(&before, &s, "containers died before the runtime's stop");
     assert!(
         !s.backup.join("store").exists(),
         "no backup: nothing was written"

@@ -15,6 +15,7 @@
 //! fixtures are ([`fixtures_dir`]) and byte snapshots of the trees they patch ([`tree`]).
 #![deny(missing_docs)]
 
+pub mod apiserver;
 pub mod containerd;
 pub mod cri;
 pub mod cri_dockerd;

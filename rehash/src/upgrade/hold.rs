@@ -37,6 +37,10 @@ pub enum Beat {
     WrittenByOther(String),
 }
 
+/// The hold's conditions, asked by a heartbeat before and during each request: how long the
+/// request may still take, or why it must not be sent or go on.
+pub type GoOn<'a> = &'a dyn Fn() -> Result<Duration, String>;
+
 /// The node's heartbeat in the API server, renewed with the node's own identity.
 pub trait NodeHeartbeat: Send + std::fmt::Debug {
     /// `lease` or `node-status`.
@@ -48,10 +52,13 @@ pub trait NodeHeartbeat: Send + std::fmt::Debug {
     /// Proves that a renewal is allowed, writing nothing (a dry run); run in the preflight.
     fn check(&mut self) -> Result<(), String>;
     /// Renews the heartbeat, unless somebody else wrote it since this holder's last write
-    /// (before the first: since `check`).
-    fn beat(&mut self) -> Result<Beat, String>;
-    /// Whether somebody else wrote it since this holder's last write; writes nothing.
-    fn written_by_other(&mut self) -> Result<Option<String>, String>;
+    /// (before the first: since `check`). `go_on` is the hold's conditions: asked before
+    /// every request (and every attempt of one) and while one runs, its `Err` means no
+    /// request may be sent or go on (return at once), its `Ok` how long one may still take.
+    fn beat(&mut self, go_on: GoOn<'_>) -> Result<Beat, String>;
+    /// Whether somebody else wrote it since this holder's last write; writes nothing. `go_on`:
+    /// as for `beat`.
+    fn written_by_other(&mut self, go_on: GoOn<'_>) -> Result<Option<String>, String>;
 }
 
 /// What `upgrade` holds with, and for how long at most.
@@ -323,6 +330,40 @@ fn hold_loop(
     sink: &SharedState,
 ) {
     let began = Instant::now();
+    // Why holding must end now, if it must: asked before each renewal, and by the heartbeat
+    // before every attempt and while one runs, so that no renewal is sent, retried or left
+    // running once the conditions no longer stand (a renewal in flight when a container dies
+    // would otherwise land after it); `Ok`: what is left of `max`.
+    let must_end = || -> Option<(HoldEnd, String)> {
+        if shared.stop.load(Ordering::SeqCst) {
+            return Some((HoldEnd::RunEnded, "upgrade returned".into()));
+        }
+        if began.elapsed() > max {
+            return Some((
+                HoldEnd::MaxReached,
+                format!(
+                    "--hold-ready-max ({:.0} s) passed: not renewing any more",
+                    max.as_secs_f64()
+                ),
+            ));
+        }
+        watched
+            .iter()
+            .find(|w| w.start.is_none() || start_time(proc_dir, w.pid) != w.start)
+            .map(|w| {
+                (
+                    HoldEnd::ContainersChanged,
+                    format!(
+                        "container {} (pid {}) is no longer the process it was before the window: not renewing, so the node goes NotReady as it should",
+                        w.name, w.pid
+                    ),
+                )
+            })
+    };
+    let go_on = || match must_end() {
+        Some((_, why)) => Err(why),
+        None => Ok(max.saturating_sub(began.elapsed())),
+    };
     // the first renewal at once: the grace period then counts from the kubelet's stop at the
     // earliest, not from its last renewal
     let mut next = Instant::now();
@@ -336,41 +377,21 @@ fn hold_loop(
         if started {
             let other = {
                 let mut hb = heartbeat.lock().unwrap_or_else(|p| p.into_inner());
-                hb.written_by_other()
+                hb.written_by_other(&go_on)
             };
             if let Ok(Some(who)) = other {
                 return foreign(shared, sink, started, who);
             }
         }
         if now >= next {
-            if began.elapsed() > max {
-                return end(
-                    shared,
-                    sink,
-                    HoldEnd::MaxReached,
-                    format!(
-                        "--hold-ready-max ({:.0} s) passed: not renewing any more",
-                        max.as_secs_f64()
-                    ),
-                );
-            }
-            if let Some(w) = watched
-                .iter()
-                .find(|w| w.start.is_none() || start_time(proc_dir, w.pid) != w.start)
-            {
-                return end(
-                    shared,
-                    sink,
-                    HoldEnd::ContainersChanged,
-                    format!(
-                        "container {} (pid {}) is no longer the process it was before the window: not renewing, so the node goes NotReady as it should",
-                        w.name, w.pid
-                    ),
-                );
+            match must_end() {
+                Some((HoldEnd::RunEnded, _)) => return,
+                Some((how, why)) => return end(shared, sink, how, why),
+                None => {}
             }
             let beat = {
                 let mut hb = heartbeat.lock().unwrap_or_else(|p| p.into_inner());
-                hb.beat()
+                hb.beat(&go_on)
             };
             let rec = match beat {
                 Ok(Beat::Renewed(v)) => RenewalRecord {
@@ -386,6 +407,9 @@ fn hold_loop(
                         who,
                     )
                 }
+                // stopped by the conditions, not a failure of the server: the next turn
+                // ends the hold with their reason
+                Err(_) if must_end().is_some() => continue,
                 Err(e) => RenewalRecord {
                     unix_ms: unix_ms(),
                     wrote: None,
@@ -469,7 +493,8 @@ mod tests {
         fn check(&mut self) -> Result<(), String> {
             Ok(())
         }
-        fn beat(&mut self) -> Result<Beat, String> {
+        fn beat(&mut self, go_on: GoOn<'_>) -> Result<Beat, String> {
+            go_on()?;
             let mut s = self.0.lock().unwrap();
             if s.beats > 0 && s.version != s.ours {
                 return Ok(Beat::WrittenByOther(format!("version {}", s.version)));
@@ -479,7 +504,8 @@ mod tests {
             s.beats += 1;
             Ok(Beat::Renewed(s.version.to_string()))
         }
-        fn written_by_other(&mut self) -> Result<Option<String>, String> {
+        fn written_by_other(&mut self, go_on: GoOn<'_>) -> Result<Option<String>, String> {
+            go_on()?;
             let s = self.0.lock().unwrap();
             Ok((s.beats > 0 && s.version != s.ours).then(|| format!("version {}", s.version)))
         }
@@ -613,6 +639,139 @@ mod tests {
             server.lock().unwrap().beats,
             beats,
             "no renewal once the run ended"
+        );
+    }
+
+    /// A server that never answers a renewal: the request goes on until `go_on` says no.
+    #[derive(Debug, Default)]
+    struct Stuck {
+        /// Requests that returned (only ever because `go_on` said no).
+        returned: usize,
+        /// The longest time `go_on` allowed.
+        longest_allowed: Duration,
+    }
+
+    #[derive(Debug)]
+    struct StuckModel(Arc<Mutex<Stuck>>);
+
+    impl StuckModel {
+        fn wait(&self, go_on: GoOn<'_>) -> String {
+            loop {
+                match go_on() {
+                    Ok(left) => {
+                        let mut s = self.0.lock().unwrap();
+                        s.longest_allowed = s.longest_allowed.max(left);
+                    }
+                    Err(why) => {
+                        self.0.lock().unwrap().returned += 1;
+                        return why;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+
+    impl NodeHeartbeat for StuckModel {
+        fn mechanism(&self) -> &'static str {
+            "lease"
+        }
+        fn describe(&self) -> String {
+            "a lease whose server never answers".into()
+        }
+        fn interval(&self) -> Duration {
+            Duration::from_millis(40)
+        }
+        fn check(&mut self) -> Result<(), String> {
+            Ok(())
+        }
+        fn beat(&mut self, go_on: GoOn<'_>) -> Result<Beat, String> {
+            Err(self.wait(go_on))
+        }
+        fn written_by_other(&mut self, go_on: GoOn<'_>) -> Result<Option<String>, String> {
+            Err(self.wait(go_on))
+        }
+    }
+
+    fn stuck_hold(max: Duration) -> (HoldReady, Arc<Mutex<Stuck>>) {
+        let server = Arc::new(Mutex::new(Stuck::default()));
+        (
+            HoldReady {
+                heartbeat: Arc::new(Mutex::new(Box::new(StuckModel(server.clone())))),
+                max,
+            },
+            server,
+        )
+    }
+
+    #[test]
+    fn a_renewal_never_answered_does_not_hold_the_run_up() {
+        let (hold, server) = stuck_hold(Duration::from_secs(60));
+        let h = Holder::start(&hold, &[], Path::new("/proc"), Default::default());
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        let log = h.finish(Duration::ZERO);
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "the run's end stops a renewal in flight at once: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(log.ended, Some(HoldEnd::RunEnded), "{log:?}");
+        assert_eq!(
+            server.lock().unwrap().returned,
+            1,
+            "the stuck renewal returned"
+        );
+        assert!(
+            log.renewals.is_empty(),
+            "a renewal stopped by the run's end is not recorded as a failure: {log:?}"
+        );
+    }
+
+    #[test]
+    fn a_renewal_in_flight_when_a_container_dies_is_abandoned() {
+        let (hold, server) = stuck_hold(Duration::from_secs(60));
+        let mut c = sleeper();
+        let h = Holder::start(
+            &hold,
+            &[("web/app".into(), c.id())],
+            Path::new("/proc"),
+            Default::default(),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        c.kill().unwrap();
+        c.wait().unwrap();
+        let t0 = Instant::now();
+        let log = wait_for(&h, "a container died during a renewal");
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "the renewal in flight is abandoned as soon as the container is gone: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(log.ended, Some(HoldEnd::ContainersChanged), "{log:?}");
+        assert_eq!(
+            server.lock().unwrap().returned,
+            1,
+            "the renewal in flight returned, and none was sent after"
+        );
+    }
+
+    #[test]
+    fn a_renewal_in_flight_is_bounded_by_what_is_left_of_the_maximum() {
+        let max = Duration::from_millis(300);
+        let (hold, server) = stuck_hold(max);
+        let h = Holder::start(&hold, &[], Path::new("/proc"), Default::default());
+        let t0 = Instant::now();
+        let log = wait_for(&h, "max during a renewal");
+        assert_eq!(log.ended, Some(HoldEnd::MaxReached), "{log:?}");
+        assert!(
+            t0.elapsed() < max + Duration::from_millis(400),
+            "no renewal runs past --hold-ready-max: {:?}",
+            t0.elapsed()
+        );
+        assert!(
+            server.lock().unwrap().longest_allowed <= max,
+            "each attempt is allowed at most what is left of the maximum"
         );
     }
 

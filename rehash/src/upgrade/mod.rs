@@ -30,7 +30,9 @@ mod undo;
 mod window;
 
 pub use flags::KubeletFlags;
-pub use hold::{Beat, HoldEnd, HoldLog, HoldReady, NodeHeartbeat, RenewalRecord, DEFAULT_HOLD_MAX};
+pub use hold::{
+    Beat, GoOn, HoldEnd, HoldLog, HoldReady, NodeHeartbeat, RenewalRecord, DEFAULT_HOLD_MAX,
+};
 
 pub use state::{
     FlagsFileRecord, Measured, Phase, Progressed, Step, StepFailure, StepOutcome, StepRecord,

@@ -126,6 +126,15 @@ impl Run<'_> {
                 first_few(&dead)
             ));
         }
+        // Also watched from here on, by the window's check and the hold: the pods' sandboxes
+        // and the unproven containers that run now. Their death in the window is the pod's
+        // recreation by the new kubelet, which holding the node Ready must not hide. Only
+        // those alive now: a store's record of one is not proof enough to refuse on.
+        let also: Vec<(String, u32)> = also_watched(&plan.records)
+            .into_iter()
+            .filter(|(_, pid)| self.node.pid_alive(*pid))
+            .collect();
+        self.kept_pids.extend(also);
         let running: Option<Vec<String>> = self
             .node
             .kubelet_pid()
@@ -346,6 +355,21 @@ fn kept_pids(plan: &Plan) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// The running pod sandboxes and unproven containers: not kept by the plan, but their
+/// death in the window is a pod the new kubelet recreates.
+fn also_watched(records: &[crate::report::PlanRecord]) -> Vec<(String, u32)> {
+    use crate::plan::Action;
+    records
+        .iter()
+        .filter(|r| matches!(r.action, Action::Sandbox | Action::Unproven))
+        .filter(|r| match r.state {
+            Some(s) => s == ContainerState::Running,
+            None => true,
+        })
+        .filter_map(|r| r.pid.filter(|p| *p > 0).map(|p| (r.id.clone(), p)))
+        .collect()
+}
+
 /// About how many bytes the store's backup takes, as its runtime estimates it
 /// ([`storepatch::Runtime::backup_estimate`]).
 fn backup_estimate(store: &dyn RuntimeStore, plan: &Plan) -> u64 {
@@ -389,6 +413,31 @@ fn version_in(out: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn running_sandboxes_and_unproven_containers_are_watched_too() {
+        let record = |id: &str, kind: &str, action: &str, state: Option<&str>, pid: u32| {
+            serde_json::from_value::<crate::report::PlanRecord>(serde_json::json!({
+                "id": id, "kind": kind, "action": action, "state": state, "pid": pid,
+                "reason": "", "would_restart_without_rewrite": false,
+                "would_restart_after_rewrite": false,
+            }))
+            .unwrap()
+        };
+        let records = [
+            record("pause", "sandbox", "sandbox", None, 10),
+            record("odd", "container", "unproven", Some("running"), 11),
+            record("done", "container", "unproven", Some("exited"), 12),
+            record("kept", "container", "rewrite", Some("running"), 13),
+            record("gone", "container", "orphan", Some("running"), 14),
+            record("nopid", "sandbox", "sandbox", None, 0),
+        ];
+        assert_eq!(
+            also_watched(&records),
+            vec![("pause".to_string(), 10), ("odd".to_string(), 11)],
+            "the running sandboxes and unproven containers are watched besides the kept ones"
+        );
+    }
 
     #[test]
     fn kubelet_version_output_is_read() {

@@ -25,8 +25,12 @@ pub(super) struct Run<'a> {
     /// When the kubelet was stopped, in this process (the state holds the wall clock).
     pub(super) kubelet_down: Option<Instant>,
     pub(super) runtime_down: Option<Instant>,
-    /// The pids of the containers that must survive, from the preflight plan.
+    /// The pids of the containers that must survive, from the preflight plan, and of the
+    /// running sandboxes and unproven containers, watched too.
     pub(super) kept_pids: Vec<(String, u32)>,
+    /// Those of them already dead when the runtime was stopped: they died on their own (or
+    /// with the kubelet's stop), not by the runtime's stop.
+    pub(super) dead_before_runtime_stop: Vec<String>,
     pub(super) preflight_restarts: usize,
     /// A run that resumes a killed one: its byte rollback may meet a file the killed patch
     /// wrote without recording its sha256.
@@ -83,6 +87,7 @@ impl<'a> Run<'a> {
             kubelet_down: None,
             runtime_down: None,
             kept_pids: Vec::new(),
+            dead_before_runtime_stop: Vec::new(),
             preflight_restarts: 0,
             resumed: false,
             runtime_maybe_starting: false,

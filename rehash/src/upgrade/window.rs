@@ -152,6 +152,9 @@ impl Run<'_> {
         }
         self.state.done.runtime_up = false;
         self.save();
+        if !undo {
+            self.dead_before_runtime_stop = self.dead_kept_containers();
+        }
         self.node.stop_runtime()?;
         let deadline = if undo {
             Instant::now() + ROLLBACK_WAIT
@@ -179,10 +182,29 @@ impl Run<'_> {
         if dead.is_empty() {
             return Ok(());
         }
+        // Only those alive until the runtime's stop are blamed on it: a container that died
+        // on its own before would send an operator after a KillMode that is fine.
+        let (before, at_stop): (Vec<String>, Vec<String>) = dead
+            .into_iter()
+            .partition(|d| self.dead_before_runtime_stop.contains(d));
+        let mut why = Vec::new();
+        if !at_stop.is_empty() {
+            why.push(format!(
+                "stopping the runtime killed {} container(s): {} (the runtime's unit kills its containers on stop: set KillMode=process, or Docker's live-restore)",
+                at_stop.len(),
+                first_few(&at_stop)
+            ));
+        }
+        if !before.is_empty() {
+            why.push(format!(
+                "{} container(s) died in the window before the runtime was stopped, on their own or with the kubelet: {}",
+                before.len(),
+                first_few(&before)
+            ));
+        }
         Err(StepError::refused(format!(
-            "stopping the runtime killed {} container(s): {}; nothing was written (the runtime's unit kills its containers on stop: set KillMode=process, or Docker's live-restore)",
-            dead.len(),
-            first_few(&dead)
+            "{}; nothing was written",
+            why.join("; ")
         )))
     }
 
