@@ -78,7 +78,7 @@ impl Program<'_> {
         format!(
             r#"#!/usr/bin/env python3
 # A kubelet stand-in (testtools/src/kubelet.rs): no kubelet binary runs on this machine.
-import http.server, socket, sys, time
+import http.server, os, socket, sys, time
 VERSION = "v{version}"
 REMOVED = {removed:?}
 NEEDS_ENDPOINT = {needs}
@@ -123,8 +123,10 @@ class Healthz(http.server.BaseHTTPRequestHandler):
         pass
 server = http.server.HTTPServer(("127.0.0.1", int(opt["healthz-port"])), Healthz)
 if "running-marker" in opt:
-    with open(opt["running-marker"], "w") as f:
+    # written whole, then renamed: the test waits for the name and reads it at once
+    with open(opt["running-marker"] + ".tmp", "w") as f:
         f.write(VERSION + " " + (endpoint or "dockershim"))
+    os.replace(opt["running-marker"] + ".tmp", opt["running-marker"])
 server.serve_forever()
 "#
         )
