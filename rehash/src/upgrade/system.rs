@@ -4,7 +4,9 @@
 
 use super::{NodeControl, NodeError};
 use std::cell::Cell;
+use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -139,6 +141,13 @@ pub fn kubelet_version_of(binary: &Path) -> Result<String, String> {
 
 /// Runs `cmd` (stdin closed, both output streams captured into one) in a process group of its
 /// own, killing the group after `timeout`.
+///
+/// The output is everything the command wrote before it exited. A daemon it started in the
+/// background inherits the pipes and keeps them open, so their end of file may never come: the
+/// pipes are read here, as the output arrives, and once the command has exited what they
+/// still hold is taken at once (the command's writes are all in them by then). No time is
+/// guessed for that: reader threads given a fixed moment after the exit lost the output of a
+/// `kubelet --version` on a loaded machine, whose preflight then refused the binary.
 fn run_captured(cmd: &mut Command, timeout: Duration) -> Result<(bool, String), String> {
     let mut child = cmd
         .stdin(Stdio::null())
@@ -147,27 +156,11 @@ fn run_captured(cmd: &mut Command, timeout: Duration) -> Result<(bool, String), 
         .process_group(0)
         .spawn()
         .map_err(|e| e.to_string())?;
-    // A daemon started in the background keeps the pipes open: read them on threads, in
-    // chunks, and take what arrived when the command itself has exited.
-    let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let readers: [Box<dyn Read + Send>; 2] = [
-        Box::new(child.stdout.take().expect("piped")),
-        Box::new(child.stderr.take().expect("piped")),
+    let mut pipes: Vec<File> = vec![
+        OwnedFd::from(child.stdout.take().expect("piped")).into(),
+        OwnedFd::from(child.stderr.take().expect("piped")).into(),
     ];
-    for mut r in readers {
-        let out = out.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = r.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                out.lock()
-                    .expect("not poisoned")
-                    .extend_from_slice(&buf[..n]);
-            }
-        });
-    }
+    let mut out = Vec::new();
     let deadline = Instant::now() + timeout;
     let status = loop {
         if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
@@ -182,11 +175,103 @@ fn run_captured(cmd: &mut Command, timeout: Duration) -> Result<(bool, String), 
                 timeout.as_secs()
             ));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        read_ready(&mut pipes, &mut out, Duration::from_millis(20)).map_err(|e| e.to_string())?;
     };
-    std::thread::sleep(Duration::from_millis(30));
-    let out = out.lock().expect("not poisoned").clone();
+    drain(&pipes, &mut out).map_err(|e| e.to_string())?;
     Ok((status.success(), String::from_utf8_lossy(&out).into_owned()))
+}
+
+/// Waits up to `wait` for output on `pipes` and reads what one read of each ready pipe
+/// gives; a pipe at its end of file is dropped from `pipes`. With no pipe left, just waits.
+fn read_ready(pipes: &mut Vec<File>, out: &mut Vec<u8>, wait: Duration) -> std::io::Result<()> {
+    if pipes.is_empty() {
+        std::thread::sleep(wait);
+        return Ok(());
+    }
+    let mut fds: Vec<libc::pollfd> = pipes
+        .iter()
+        .map(|p| libc::pollfd {
+            fd: p.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `fds` is a valid array of `fds.len()` pollfd, over descriptors `pipes` owns.
+    let n = unsafe {
+        libc::poll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            wait.as_millis() as i32,
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.kind() {
+            std::io::ErrorKind::Interrupted => Ok(()),
+            _ => Err(e),
+        };
+    }
+    let mut eof = Vec::new();
+    for (i, p) in fds.iter().enumerate() {
+        if p.revents == 0 {
+            continue;
+        }
+        let mut buf = [0u8; 65536];
+        let mut f = &pipes[i];
+        match f.read(&mut buf) {
+            Ok(0) => eof.push(i),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for i in eof.into_iter().rev() {
+        pipes.remove(i);
+    }
+    Ok(())
+}
+
+/// Takes what `pipes` hold now, without waiting for more: after the command's exit, all it
+/// wrote. Bounded (by the largest pipe buffer Linux allows by default, fs.pipe-max-size)
+/// against a daemon it left behind
+/// that writes on and on.
+fn drain(pipes: &[File], out: &mut Vec<u8>) -> std::io::Result<()> {
+    const MAX_PIPE_BUFFER: usize = 1 << 20;
+    for p in pipes {
+        let mut fds = [libc::pollfd {
+            fd: p.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let mut taken = 0;
+        let mut buf = [0u8; 65536];
+        let mut f = p;
+        while taken < MAX_PIPE_BUFFER {
+            // SAFETY: one valid pollfd over a descriptor `pipes` owns; a zero timeout.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                break; // empty, and a writer still holds it: nothing more is there now
+            }
+            // readable (data, or the end of file): this read does not block
+            match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    out.extend_from_slice(&buf[..n]);
+                    taken += n;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
 }
 
 impl NodeControl for SystemNode {
@@ -498,6 +583,46 @@ mod tests {
         };
         assert_eq!(n.kubelet_pid(), Some(std::process::id()));
         assert!(n.cmdline(std::process::id()).is_some_and(|a| !a.is_empty()));
+    }
+
+    #[test]
+    fn all_the_output_written_before_the_exit_is_taken_though_a_daemon_holds_the_pipes() {
+        let t0 = Instant::now();
+        let (ok, out) = run_captured(
+            Command::new("sh")
+                .arg("-c")
+                .arg("sleep 5 & head -c 300000 /dev/zero | tr '\\0' a; echo end >&2"),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert!(ok);
+        assert_eq!(out.len(), 300_004, "every byte, through the pipes' buffers");
+        assert_eq!(out.bytes().filter(|b| *b == b'a').count(), 300_000);
+        assert!(out.ends_with("end\n"), "both streams");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    }
+
+    /// What a pipe holds when the command has exited is taken at once and in full, however
+    /// late this thread gets to it, and without waiting for an end of file that a writer
+    /// left behind (here: this test's write end, still open) holds off.
+    #[test]
+    fn what_the_pipes_hold_at_the_exit_is_drained_without_waiting() {
+        let (r, mut w) = std::io::pipe().unwrap();
+        let data = vec![b'x'; 60_000];
+        w.write_all(&data).unwrap();
+        w.write_all(b"Kubernetes v1.31.0\n").unwrap();
+        let pipes = [File::from(OwnedFd::from(r))];
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        drain(&pipes, &mut out).unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        assert_eq!(out.len(), 60_019);
+        assert!(out.ends_with(b"Kubernetes v1.31.0\n"));
+        // nothing more, the writer still open: returns, empty
+        let mut more = Vec::new();
+        drain(&pipes, &mut more).unwrap();
+        assert!(more.is_empty());
+        drop(w);
     }
 
     #[test]
