@@ -447,6 +447,44 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     }
 
+    #[test]
+    fn all_a_command_printed_before_it_exited_is_kept_on_a_busy_machine() {
+        // CPU hogs on every core, so a reader thread may not run for a while after the exit:
+        // the output must come from the pipe itself then (CI saw `kubelet --version` print
+        // nothing with a fixed 30 ms grace while Kubernetes builds ran beside the tests).
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let hogs: Vec<_> = (0..cores * 4)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    }
+                    x
+                })
+            })
+            .collect();
+        let mut missed = 0;
+        for _ in 0..40 {
+            let (ok, out) = run_captured(
+                Command::new("sh").arg("-c").arg("echo Kubernetes v1.31.0"),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+            assert!(ok);
+            if out.trim() != "Kubernetes v1.31.0" {
+                missed += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in hogs {
+            h.join().unwrap();
+        }
+        assert_eq!(missed, 0, "runs whose output was lost");
+    }
+
     fn fake_systemctl(dir: &Path, out: &str, code: i32) -> SystemNode {
         use std::os::unix::fs::PermissionsExt;
         let script = dir.join("systemctl");
