@@ -106,6 +106,16 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     out="$cache/k8s/$full"
     bins="kubelet"
     [ "$only" = 1 ] || bins="kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl"
+    # One build of a version at a time: scripts/test.sh's build lane and the suite's `up` may
+    # ask for the same version at once; the second waits and then finds it cached. (This
+    # function runs in a command substitution: the lock goes with it.)
+    local lock_fd
+    mkdir -p "$cache/k8s-build"
+    exec {lock_fd}>"$cache/k8s-build/$full.lock"
+    if ! flock -n "$lock_fd"; then
+        log "$full: another build of it is running; waiting for it"
+        flock "$lock_fd"
+    fi
     for b in $bins; do
         stamped "$out/$b" "$full" || need=1
     done

@@ -126,9 +126,17 @@ trap finish EXIT
 # switch (dockerd 26.1.5 and cri-dockerd 0.4.1 from scripts/setup-cri-dockerd.sh), and
 # 1.36 -> 1.37, today's release (the newest pair kubelet-rehash supports), with the node-Ready
 # hold's fail-safes.
+# In the order the suite's pairs run: the suite starts as soon as the other tests end and its
+# `k8s-lab.sh up` waits for a version this lane is building (or builds one it has not reached),
+# so the later pairs' builds overlap the earlier pairs' waiting.
 k8s_lane() {
-    stage k8s "kubelets 1.23 1.30 1.36" scripts/k8s-lab.sh build --kubelet-only 1.23 1.30 1.36
-    stage k8s "kubelets + control planes 1.24 1.31 1.37" scripts/k8s-lab.sh build 1.24 1.31 1.37
+    stage k8s "kubelet 1.30, all five of 1.31" build_pair 1.30 1.31
+    stage k8s "kubelet 1.23, all five of 1.24" build_pair 1.23 1.24
+    stage k8s "kubelet 1.36, all five of 1.37" build_pair 1.36 1.37
+}
+build_pair() { # FROM TO: the old kubelet, and the new version's kubelet and control plane
+    scripts/k8s-lab.sh build --kubelet-only "$1"
+    scripts/k8s-lab.sh build "$2"
 }
 # (every check runs even when one before it failed; the lane fails if any did)
 
@@ -238,7 +246,6 @@ set -e
 
 lane checks checks_lane 10
 
-wait_lane k8s
 set +e
 stage main "real-node suite (cli/tests/real_kubelet.rs)" \
     cargo test --release -p kubelet-rehash --test real_kubelet --no-fail-fast -- --exact "$real_node_test" 2>&1 | tee "$LOGS/real-node.log"
@@ -251,6 +258,7 @@ if ! grep -q "^test $real_node_test \.\.\. ok" "$LOGS/real-node.log"; then
 fi
 
 checks_rc=0
+wait_lane k8s || checks_rc=1
 wait_lane checks || checks_rc=1
 
 [ "$tests_rc" = 0 ] || echo "test.sh: the workspace tests failed (exit $tests_rc)" >&2
