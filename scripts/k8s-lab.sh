@@ -20,6 +20,8 @@
 # requires k8s.io/kubernetes at the version and replaces each k8s.io staging module with its
 # v0.Y.Z release; where the proxy does not serve that exact patch of a staging module, the
 # nearest served patch of the same minor is used and written to the build's BUILD-INFO.
+# 1.15-1.19 are built with the Go of their release (era_go), unpacked into $cache/go/, and with
+# third_party/vbom-util in place of vbom.ml/util, which the proxy refuses.
 #
 # Runtimes: containerd (2.1.9 from scripts/setup-containerd.sh, or $LAB_CONTAINERD), CRI-O
 # 1.30.14 (scripts/setup-crio.sh, or $LAB_CRIO), Docker 26.1.5 (or $LAB_DOCKER) with the kubelet's own dockershim (kubelet
