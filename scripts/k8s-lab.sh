@@ -106,8 +106,9 @@ stamped() { # binary version: built, and says it is that version
 # The Go a minor is built with, when not the go on PATH: the one its release was built with
 # (build/build-image/cross/VERSION), where today's Go builds binaries that do not work. Their
 # json-iterator uses modern-go/reflect2 v1.0.1, whose map iteration crashes (SIGSEGV) when
-# built with Go 1.18 or newer: Go 1.26 builds the 1.16 kubelet, which would crash on the first
-# map it encodes. 1.15 was released with Go 1.12.17, which has no -trimpath: 1.13.15.
+# built with Go 1.18 or newer: Go 1.26 builds the 1.16 kubelet, which would crash wherever
+# json-iterator encodes a map (apimachinery's YAML and pretty JSON encoders). 1.15 was
+# released with Go 1.12.17, which has no -trimpath: 1.13.15.
 era_go() { # minor -> goX.Y.Z, or nothing
     case "$1" in
         15|16|17|18) echo go1.13.15 ;;
