@@ -20,6 +20,8 @@
 # requires k8s.io/kubernetes at the version and replaces each k8s.io staging module with its
 # v0.Y.Z release; where the proxy does not serve that exact patch of a staging module, the
 # nearest served patch of the same minor is used and written to the build's BUILD-INFO.
+# 1.15-1.19 are built with the Go of their release (era_go), unpacked into $cache/go/, and with
+# third_party/vbom-util in place of vbom.ml/util, which the proxy refuses.
 #
 # Runtimes: containerd (2.1.9 from scripts/setup-containerd.sh, or $LAB_CONTAINERD), CRI-O
 # 1.30.14 (scripts/setup-crio.sh, or $LAB_CRIO), Docker 26.1.5 (or $LAB_DOCKER) with the kubelet's own dockershim (kubelet
@@ -101,6 +103,36 @@ stamped() { # binary version: built, and says it is that version
     fi
 }
 
+# The Go a minor is built with, when not the go on PATH: the one its release was built with
+# (build/build-image/cross/VERSION), where today's Go builds binaries that do not work. Their
+# json-iterator uses modern-go/reflect2 v1.0.1, whose map iteration crashes (SIGSEGV) when
+# built with Go 1.18 or newer: Go 1.26 builds the 1.16 kubelet, which would crash wherever
+# json-iterator encodes a map (apimachinery's YAML and pretty JSON encoders). 1.15 was
+# released with Go 1.12.17, which has no -trimpath: 1.13.15.
+era_go() { # minor -> goX.Y.Z, or nothing
+    case "$1" in
+        15|16|17|18) echo go1.13.15 ;;
+        19) echo go1.15.15 ;;
+    esac
+}
+
+era_go_bin() { # goX.Y.Z -> its bin/go, unpacked from the proxy's golang.org/toolchain module
+    local v="$1" dir="$cache/go/$1" mod
+    if [ ! -x "$dir/bin/go" ]; then
+        log "$v: downloading golang.org/toolchain@v0.0.1-$v"
+        mod="$(cd / && go mod download -json "golang.org/toolchain@v0.0.1-$v.linux-$(go env GOHOSTARCH)" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')"
+        [ -n "$mod" ] || die "$v: the Go module proxy refuses golang.org/toolchain@v0.0.1-$v"
+        # a copy: the module cache is read-only and keeps no execute bits
+        rm -rf "$dir.tmp"
+        mkdir -p "$cache/go"
+        cp -r "$mod" "$dir.tmp"
+        chmod -R u+w "$dir.tmp"
+        chmod +x "$dir.tmp"/bin/* "$dir.tmp"/pkg/tool/*/*
+        mv "$dir.tmp" "$dir"
+    fi
+    echo "$dir/bin/go"
+}
+
 build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     local full="$1" only="$2" out work mod bins b need=0 src line m
     out="$cache/k8s/$full"
@@ -122,6 +154,19 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     if [ "$need" = 0 ]; then log "$full: cached in $out ($bins)"; echo "$out"; return; fi
     work="$cache/k8s-build/$full"
     mkdir -p "$work" "$out"
+    local minor ego gocmd=(go) godirective=1.22 cgo=0
+    minor="$(cut -d. -f2 <<<"$full")"
+    ego="$(era_go "$minor")"
+    if [ -n "$ego" ]; then
+        # no GOFLAGS, not even from the go env file (GOENV=off): -buildvcs=false, which this
+        # environment sets, is unknown to Go <= 1.17 (and they update go.mod as needed by
+        # default: -mod=mod only exists from 1.14); the proxy is the one today's go uses
+        gocmd=(env GOENV=off GOFLAGS= GOTOOLCHAIN=local "GOPROXY=$(go env GOPROXY)" "$(era_go_bin "$ego")")
+        godirective="$(sed -E 's/^go([0-9]+\.[0-9]+).*/\1/' <<<"$ego")"
+    fi
+    # with cgo, as Kubernetes built its kubelet (not in hack/lib/golang.sh's static list):
+    # cadvisor's gonvml before 1.20 has no Go file without cgo
+    [ "$minor" -ge 20 ] || cgo=1
     log "$full: resolving the module and its staging modules"
     (cd "$work" && go mod download "k8s.io/kubernetes@v$full") >/dev/null \
         || die "$full: the Go module proxy refuses k8s.io/kubernetes@v$full"
@@ -129,7 +174,7 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     {
         echo "module k8slab"
         echo
-        echo "go 1.22"
+        echo "go $godirective"
         echo
         echo "require k8s.io/kubernetes v$full"
         echo
@@ -138,32 +183,45 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
             m="$(awk '{print $1}' <<<"$line")"
             echo "	$m => $m $(staging_version "$m" "$full")"
         done < <(grep -E '^\s+k8s\.io/[a-z0-9-]+ => \./staging' "$src/go.mod")
+        # 1.15-1.19 need vbom.ml/util (1.15-1.16 require it, 1.17-1.19 through k8s.io/kubectl,
+        # their go.mod names it in its replace block), which the proxy refuses (403): our
+        # module of the one function kubectl uses stands in (third_party/vbom-util/README.md)
+        if grep -q 'vbom\.ml/util' "$src/go.mod"; then
+            echo "	vbom.ml/util => $here/third_party/vbom-util"
+        fi
         echo ")"
     } > "$work/go.mod"
     printf 'package k8slab\n\nimport (\n' > "$work/tools.go"
     sed -i '1i //go:build tools\n' "$work/tools.go"
     for b in $bins; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b" >> "$work/tools.go"; done
     echo ")" >> "$work/tools.go"
-    log "$full: go mod tidy"
-    (cd "$work" && go mod tidy) > "$work/tidy.log" 2>&1 || { tail -20 "$work/tidy.log" >&2; die "$full: go mod tidy failed ($work/tidy.log)"; }
-    log "$full: building $bins (go $(go env GOVERSION))"
-    local pkgs=() t0=$SECONDS
+    local pkgs=() resolve=(mod tidy) t0
     for b in $bins; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+    # Go <= 1.15's tidy also resolves the imports of the dependencies' tests, and 1.15's
+    # heketi tests import packages k8s.io/kubernetes no longer has: with those, only what the
+    # build imports (their go list adds the requirements it needs to go.mod)
+    [ -z "$ego" ] || resolve=(list -deps "${pkgs[@]}")
+    log "$full: go ${resolve[*]:0:2}"
+    (cd "$work" && "${gocmd[@]}" "${resolve[@]}") > "$work/tidy.log" 2>&1 || { tail -20 "$work/tidy.log" >&2; die "$full: go ${resolve[*]:0:2} failed ($work/tidy.log)"; }
+    local gover
+    gover="$("${gocmd[@]}" version | awk '{print $3}')"
+    log "$full: building $bins ($gover)"
+    t0=$SECONDS
     # the version stamps hack/lib/version.sh sets: kubelet --version, the API server's
     # /version and the Node's kubeletVersion read them
-    local minor ldflags="" pkg
-    minor="$(cut -d. -f2 <<<"$full")"
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    # (1.16 and older: k8s.io/kubernetes/pkg/version)
+    local ldflags="" pkg
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version k8s.io/kubernetes/pkg/version; do
         ldflags="$ldflags -X $pkg.gitVersion=v$full -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
     done
     # providerless: without the in-tree cloud providers (their SDKs are a third of the older
     # kubelets and controller managers), as every distribution that needs none builds them; the
     # lab runs no cloud provider. LAB_GO_TAGS= (empty) builds with them.
     local tags="${LAB_GO_TAGS-providerless}"
-    (cd "$work" && CGO_ENABLED=0 go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") > "$work/build.log" 2>&1 \
+    (cd "$work" && CGO_ENABLED=$cgo "${gocmd[@]}" build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") > "$work/build.log" 2>&1 \
         || { tail -30 "$work/build.log" >&2; die "$full: build failed ($work/build.log)"; }
     {
-        echo "k8s.io/kubernetes v$full, built $(date -u +%FT%TZ) with $(go env GOVERSION) -tags '$tags' in $((SECONDS - t0)) s"
+        echo "k8s.io/kubernetes v$full, built $(date -u +%FT%TZ) with $gover (CGO_ENABLED=$cgo) -tags '$tags' in $((SECONDS - t0)) s"
         grep -E '=> k8s.io' "$work/go.mod" | awk -v f="v0.$(cut -d. -f2,3 <<<"$full")" '$4 != f {print "staging " $1 " at " $4 " (the proxy does not serve " f ")"}'
     } > "$out/BUILD-INFO"
     log "$full: built in $((SECONDS - t0)) s"
