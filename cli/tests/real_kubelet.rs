@@ -1537,7 +1537,15 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
         Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
         "stop-kubelet",
     );
-    std::fs::copy(&new_kubelet, lab.var("KUBELET_PATH")).unwrap();
+    // Copied by cp, never through a descriptor of this process: a curl the sampler's thread
+    // forks meanwhile inherits every open descriptor until its exec, and the kubelet's start
+    // then fails with ETXTBSY ("Text file busy", seen on a loaded CI machine).
+    sh(
+        Command::new("cp")
+            .arg(&new_kubelet)
+            .arg(lab.var("KUBELET_PATH")),
+        "cp the new kubelet",
+    );
     sh(
         Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
         "start-kubelet",
