@@ -14,7 +14,6 @@
 //! runs with.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -313,8 +312,20 @@ pub fn pid_running(pid: u32) -> bool {
 
 /// Writes an executable file.
 pub fn write_exe(p: &Path, bytes: &[u8]) {
-    fs::write(p, bytes).unwrap();
-    fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
+    // The program the tests run is written by `install`, never through a descriptor of this
+    // process: a child another test thread forks meanwhile inherits every open descriptor until
+    // its exec, and running the file then fails with ETXTBSY ("Text file busy") on a loaded
+    // machine. What this process writes is only the staging copy, never run.
+    let staging = p.with_extension("staging");
+    fs::write(&staging, bytes).unwrap();
+    let st = Command::new("install")
+        .args(["-m", "0755"])
+        .arg(&staging)
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(st.success(), "install {} {}: {st}", staging.display(), p.display());
+    fs::remove_file(&staging).unwrap();
 }
 
 /// Stops what shell scripts started (runtime, kubelet stand-in), by the pids in their pid
