@@ -324,7 +324,12 @@ pub fn write_exe(p: &Path, bytes: &[u8]) {
         .arg(p)
         .status()
         .unwrap();
-    assert!(st.success(), "install {} {}: {st}", staging.display(), p.display());
+    assert!(
+        st.success(),
+        "install {} {}: {st}",
+        staging.display(),
+        p.display()
+    );
     fs::remove_file(&staging).unwrap();
 }
 
