@@ -107,12 +107,14 @@ stamped() { # binary version: built, and says it is that version
 # (build/build-image/cross/VERSION), where today's Go builds binaries that do not work. Their
 # json-iterator uses modern-go/reflect2 v1.0.1, whose map iteration crashes (SIGSEGV) when
 # built with Go 1.18 or newer: Go 1.26 builds the 1.16 kubelet, which would crash wherever
-# json-iterator encodes a map (apimachinery's YAML and pretty JSON encoders). 1.15 was
+# json-iterator encodes a map (apimachinery's YAML and pretty JSON encoders). 1.20-1.22 still
+# pin reflect2 v1.0.1 (1.23 moved to v1.0.2, which works with any Go). 1.15 was
 # released with Go 1.12.17, which has no -trimpath: 1.13.15.
 era_go() { # minor -> goX.Y.Z, or nothing
     case "$1" in
         15|16|17|18) echo go1.13.15 ;;
-        19) echo go1.15.15 ;;
+        19|20) echo go1.15.15 ;;
+        21|22) echo go1.16.15 ;;
     esac
 }
 
@@ -171,6 +173,18 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     (cd "$work" && go mod download "k8s.io/kubernetes@v$full") >/dev/null \
         || die "$full: the Go module proxy refuses k8s.io/kubernetes@v$full"
     src="$(go env GOMODCACHE)/k8s.io/kubernetes@v$full"
+    # Before 1.24 the API server's OpenAPI definitions (pkg/generated/openapi/
+    # zz_generated.openapi.go) were generated at build time, never committed: the module has
+    # no such file and kube-apiserver does not compile ("undefined: GetOpenAPIDefinitions").
+    # Then the build uses a writable copy of the module with the file generated as
+    # Kubernetes' Makefile.generated_files did (openapi_gen below).
+    local openapi=0
+    if [ "$only" = 0 ] && [ ! -f "$src/pkg/generated/openapi/zz_generated.openapi.go" ]; then
+        openapi=1
+        rm -rf "$work/kubernetes"
+        cp -r "$src" "$work/kubernetes"
+        chmod -R u+w "$work/kubernetes"
+    fi
     {
         echo "module k8slab"
         echo
@@ -179,6 +193,7 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
         echo "require k8s.io/kubernetes v$full"
         echo
         echo "replace ("
+        [ "$openapi" = 0 ] || echo "	k8s.io/kubernetes => ./kubernetes"
         while read -r line; do
             m="$(awk '{print $1}' <<<"$line")"
             echo "	$m => $m $(staging_version "$m" "$full")"
@@ -194,17 +209,25 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     printf 'package k8slab\n\nimport (\n' > "$work/tools.go"
     sed -i '1i //go:build tools\n' "$work/tools.go"
     for b in $bins; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b" >> "$work/tools.go"; done
+    [ "$openapi" = 0 ] || printf '\t_ "k8s.io/kube-openapi/cmd/openapi-gen"\n' >> "$work/tools.go"
     echo ")" >> "$work/tools.go"
     local pkgs=() resolve=(mod tidy) t0
     for b in $bins; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+    local listed=("${pkgs[@]}")
+    [ "$openapi" = 0 ] || listed+=(k8s.io/kube-openapi/cmd/openapi-gen)
     # Go <= 1.15's tidy also resolves the imports of the dependencies' tests, and 1.15's
     # heketi tests import packages k8s.io/kubernetes no longer has: with those, only what the
     # build imports (their go list adds the requirements it needs to go.mod)
-    [ -z "$ego" ] || resolve=(list -deps "${pkgs[@]}")
+    # (Go 1.16 made -mod=readonly the default: -mod=mod lets it write go.mod and go.sum as the
+    # older ones did; the flag exists from 1.14)
+    local modflag=()
+    case "$ego" in go1.1[6-9]*) modflag=(-mod=mod) ;; esac
+    [ -z "$ego" ] || resolve=(list "${modflag[@]}" -deps "${listed[@]}")
     log "$full: go ${resolve[*]:0:2}"
     (cd "$work" && "${gocmd[@]}" "${resolve[@]}") > "$work/tidy.log" 2>&1 || { tail -20 "$work/tidy.log" >&2; die "$full: go ${resolve[*]:0:2} failed ($work/tidy.log)"; }
     local gover
     gover="$("${gocmd[@]}" version | awk '{print $3}')"
+    [ "$openapi" = 0 ] || openapi_gen
     log "$full: building $bins ($gover)"
     t0=$SECONDS
     # the version stamps hack/lib/version.sh sets: kubelet --version, the API server's
@@ -218,7 +241,7 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     # kubelets and controller managers), as every distribution that needs none builds them; the
     # lab runs no cloud provider. LAB_GO_TAGS= (empty) builds with them.
     local tags="${LAB_GO_TAGS-providerless}"
-    (cd "$work" && CGO_ENABLED=$cgo "${gocmd[@]}" build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") > "$work/build.log" 2>&1 \
+    (cd "$work" && CGO_ENABLED=$cgo "${gocmd[@]}" build "${modflag[@]}" -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") > "$work/build.log" 2>&1 \
         || { tail -30 "$work/build.log" >&2; die "$full: build failed ($work/build.log)"; }
     {
         echo "k8s.io/kubernetes v$full, built $(date -u +%FT%TZ) with $gover (CGO_ENABLED=$cgo) -tags '$tags' in $((SECONDS - t0)) s"
@@ -226,6 +249,49 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     } > "$out/BUILD-INFO"
     log "$full: built in $((SECONDS - t0)) s"
     echo "$out"
+}
+
+# kube-apiserver's OpenAPI definitions for a version that did not commit them (build_one's
+# locals: work, gocmd, modflag, full): the openapi-gen of the kube-openapi the version pins, over
+# every package tagged `+k8s:openapi-gen=` in the module and its staging modules but
+# code-generator's and sample-apiserver's (Makefile.generated_files' KUBE_OPENAPI_TAG_FILES),
+# written into the build's copy of the module. k8s.io/cloud-provider's component configuration
+# is left out: run from the module cache, openapi-gen cannot resolve the controller manager's
+# config types it embeds ("failed to generate default in ...CloudControllerManagerConfiguration");
+# it is a component's configuration file type, which no API server serves.
+openapi_gen() {
+    local mc dirs=() m v d t0=$SECONDS
+    mc="$(go env GOMODCACHE)"
+    log "$full: generating pkg/generated/openapi (openapi-gen)"
+    (cd "$work" && "${gocmd[@]}" build "${modflag[@]}" -o "$work/openapi-gen" k8s.io/kube-openapi/cmd/openapi-gen) > "$work/openapi.log" 2>&1 \
+        || { tail -20 "$work/openapi.log" >&2; die "$full: openapi-gen does not build ($work/openapi.log)"; }
+    tagged() { # module dir, import path prefix -> the tagged packages
+        (cd "$1" && find . \( -name '_*' -o -name '.[^.]*' -o \( -name vendor -type d \) -o -name testdata \) -prune \
+            -o -type f -name '*.go' -print | xargs grep -l '^// *+k8s:openapi-gen=' 2>/dev/null \
+            | xargs -rn1 dirname | LC_ALL=C sort -u | sed "s|^\.|$2|")
+    }
+    mapfile -t dirs < <(
+        tagged "$work/kubernetes" k8s.io/kubernetes | grep -v '^k8s\.io/kubernetes/staging/\|/test/'
+        grep -E '^\s+k8s\.io/[a-z0-9-]+ => k8s\.io' "$work/go.mod" | while read -r m _ _ v; do
+            case "$m" in k8s.io/code-generator|k8s.io/sample-apiserver) continue ;; esac
+            tagged "$mc/$m@$v" "$m" | grep -v '^k8s\.io/cloud-provider/config/'
+        done
+    )
+    [ "${#dirs[@]}" -gt 10 ] || die "$full: only ${#dirs[@]} packages tagged +k8s:openapi-gen found"
+    printf '/*\nCopyright The Kubernetes Authors.\n*/\n\n' > "$work/boilerplate.txt"
+    rm -rf "$work/openapi-out"
+    # (it writes the API rule violations it finds to the report: Kubernetes' known ones)
+    # its go/build asks the `go` on PATH about packages: the build's own Go, as the build runs it
+    local run=(env)
+    [ "${#gocmd[@]}" -eq 1 ] || run=("${gocmd[@]:0:${#gocmd[@]}-1}" "PATH=$(dirname "${gocmd[-1]}"):$PATH")
+    (cd "$work" && "${run[@]}" "GOFLAGS=${modflag[*]}" ./openapi-gen -i "$(IFS=,; echo "${dirs[*]}")" \
+        -p k8s.io/kubernetes/pkg/generated/openapi -O zz_generated.openapi -h boilerplate.txt \
+        -o "$work/openapi-out" -r "$work/openapi-violations.txt") >> "$work/openapi.log" 2>&1 \
+        || { tail -20 "$work/openapi.log" >&2; die "$full: openapi-gen failed ($work/openapi.log)"; }
+    d="$work/openapi-out/k8s.io/kubernetes/pkg/generated/openapi/zz_generated.openapi.go"
+    [ -s "$d" ] || die "$full: openapi-gen wrote no $d"
+    cp "$d" "$work/kubernetes/pkg/generated/openapi/"
+    log "$full: OpenAPI definitions of ${#dirs[@]} packages generated in $((SECONDS - t0)) s"
 }
 
 cmd_build() {
@@ -574,8 +640,11 @@ write_docker_config() {
 }
 
 write_kubelet_flags() { # kubeadm's kubeadm-flags.env: the dockershim flags of a 1.23 node
+    # (--cni-cache-dir is from 1.16: 1.15 refuses the flag; its cache is /var/lib/cni/cache)
+    local cni_cache=" --cni-cache-dir=$dir/cni/cache"
+    [ "$(minor_of "$kubelet_version")" -ge 16 ] || cni_cache=""
     cat > "$dir/kubelet/flags.env" <<EOF
-KUBELET_KUBEADM_ARGS="--container-runtime=docker --container-runtime-endpoint=unix://$dir/docker/dockershim.sock --docker-endpoint=unix://$dir/docker/docker.sock --experimental-dockershim-root-directory=$dir/docker/dockershim --network-plugin=cni --cni-bin-dir=$cni_dir --cni-conf-dir=$dir/cni/net.d --cni-cache-dir=$dir/cni/cache --pod-infra-container-image=$pause_image"
+KUBELET_KUBEADM_ARGS="--container-runtime=docker --container-runtime-endpoint=unix://$dir/docker/dockershim.sock --docker-endpoint=unix://$dir/docker/docker.sock --experimental-dockershim-root-directory=$dir/docker/dockershim --network-plugin=cni --cni-bin-dir=$cni_dir --cni-conf-dir=$dir/cni/net.d$cni_cache --pod-infra-container-image=$pause_image"
 EOF
 }
 

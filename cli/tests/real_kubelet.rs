@@ -398,6 +398,15 @@ impl Sampler {
             .unwrap()
             .to_string();
         let node = lab.var("NODE").to_string();
+        // discovery.k8s.io/v1 is served from 1.21; before it the Endpoints object (1.16's
+        // EndpointSlices are alpha and off), whose `addresses` are the ready ones
+        let cp_minor: u32 = lab
+            .var("CONTROL_PLANE_VERSION")
+            .split('.')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
         let (st, sa) = (stop.clone(), samples.clone());
         let thread = std::thread::spawn(move || {
             let t0 = Instant::now();
@@ -438,7 +447,17 @@ impl Sampler {
                         .flatten()
                         .any(|t| t["key"] == "node.kubernetes.io/unreachable")
                 });
-                let endpoints = get("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dweb")
+                let endpoints = if cp_minor < 21 {
+                    get("/api/v1/namespaces/default/endpoints/web").map(|e| {
+                        e["subsets"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .flat_map(|s| s["addresses"].as_array().cloned().unwrap_or_default())
+                            .count()
+                    })
+                } else {
+                    get("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dweb")
                     .map(|l| {
                         l["items"]
                             .as_array()
@@ -447,7 +466,8 @@ impl Sampler {
                             .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
                             .filter(|e| e["conditions"]["ready"] == true)
                             .count()
-                    });
+                    })
+                };
                 sa.lock().unwrap().push(Sample {
                     t: t0.elapsed().as_secs_f64(),
                     unix_ms: unix_ms(),
@@ -1507,7 +1527,7 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
         &pair,
         "upgrade",
     );
-    if runtime == "docker" {
+    if runtime == "docker" && minor >= 24 {
         switched_to_cri_dockerd(&lab, &up, &pair);
     }
     // our rewritten hashes are what the real new kubelet computes (else it had restarted them)
@@ -1638,7 +1658,7 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
                 Err(_) => "CRI-O 1.30.14".to_string(),
             },
             "docker" => format!(
-                "Docker {}: dockershim → cri-dockerd 0.4.1",
+                "Docker {}: {}",
                 std::env::var("LAB_DOCKER")
                     .ok()
                     .and_then(|d| {
@@ -1648,7 +1668,12 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
                                 .to_string()
                         })
                     })
-                    .unwrap_or_else(|| "26.1.5".to_string())
+                    .unwrap_or_else(|| "26.1.5".to_string()),
+                if minor >= 24 {
+                    "dockershim → cri-dockerd 0.4.1"
+                } else {
+                    "dockershim"
+                }
             ),
             // the lab's containerd: 2.1.9, or another line given as LAB_CONTAINERD (a
             // .cache/runtimes/containerd-<version> directory)
@@ -2117,16 +2142,15 @@ fn hold_cases(
 }
 
 /// Minor versions the proxy lists that cannot be built from it (docs/lab.md has the errors).
-const UNBUILDABLE: &[(u32, &str)] = &[
-    (
-        13,
-        "v1.13.0 predates Go modules: its dependencies resolve to releases without its packages",
-    ),
-    (
-        29,
-        "k8s.io/legacy-cloud-providers, which the 1.29 kubelet imports, has no v0.29.x on the proxy (v0.29.6: 403 Forbidden)",
-    ),
-];
+const UNBUILDABLE: &[(u32, &str)] = &[(
+    13,
+    "v1.13.0 predates Go modules: its dependencies resolve to releases without its packages",
+)];
+
+/// The dockershim kubelets the lab builds (k8s-lab.sh: 1.15-1.19 with their era's Go and our
+/// vbom.ml/util, 1.20-1.22 with Go 1.15/1.16): their pairs run on Docker, each on the control
+/// plane of its target. 1.8-1.14 predate Go modules (docs/lab.md says how far they got).
+const OLDEST_DOCKERSHIM_MINOR: u32 = 15;
 
 /// `[RUNTIME:]FROM-TO` pairs (runtime `containerd`, `crio`, or `docker`: from a kubelet ≤ 1.23
 /// on its dockershim).
@@ -2172,7 +2196,8 @@ fn pairs() -> Vec<(String, String, String)> {
                 .filter(|m| minors.contains(&(*m + 1)))
                 .filter(|m| known.contains(&format!("1.{}", *m + 1)))
                 .map(|m| format!("1.{m}-1.{}", m + 1))
-                .chain(["docker:1.23-1.24".to_string(), "crio:1.30-1.31".to_string()])
+                .chain((OLDEST_DOCKERSHIM_MINOR..=23).map(|m| format!("docker:1.{m}-1.{}", m + 1)))
+                .chain(["crio:1.30-1.31".to_string()])
                 .collect::<Vec<_>>()
                 .join(",")
         }
