@@ -266,6 +266,8 @@ openapi_gen() {
     (cd "$work" && "${gocmd[@]}" build "${modflag[@]}" -o "$work/openapi-gen" k8s.io/kube-openapi/cmd/openapi-gen) > "$work/openapi.log" 2>&1 \
         || { tail -20 "$work/openapi.log" >&2; die "$full: openapi-gen does not build ($work/openapi.log)"; }
     tagged() { # module dir, import path prefix -> the tagged packages
+        # (a staging module no binary imports was never downloaded: none of its types is served)
+        [ -d "$1" ] || return 0
         (cd "$1" && find . \( -name '_*' -o -name '.[^.]*' -o \( -name vendor -type d \) -o -name testdata \) -prune \
             -o -type f -name '*.go' -print | xargs grep -l '^// *+k8s:openapi-gen=' 2>/dev/null \
             | xargs -rn1 dirname | LC_ALL=C sort -u | sed "s|^\.|$2|")
@@ -940,8 +942,12 @@ EOF
         --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false
 
     log "$runtime (${ctr_bin:-${crio_dir:-$docker_bin}}), CNI bridge $bridge ($pod_subnet)"
+    # kubelet 1.15's libcni (0.6) takes results up to 0.3.1 ("unsupported CNI result version
+    # 0.4.0"); 1.16's (0.7.1) 0.4.0
+    local cni_version=0.4.0
+    [ "$(minor_of "$kubelet_version")" -ge 16 ] || cni_version=0.3.1
     cat > "$dir/cni/net.d/10-lab.conflist" <<EOF
-{"cniVersion": "0.4.0", "name": "k8s-lab-$slot", "plugins": [
+{"cniVersion": "$cni_version", "name": "k8s-lab-$slot", "plugins": [
   {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam", "ranges": [[{"subnet": "$pod_subnet"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "loopback"}]}
