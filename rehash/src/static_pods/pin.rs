@@ -513,3 +513,172 @@ fn json_insertion(text: &str, uid: &str) -> Result<(usize, String), PinError> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "0123456789abcdef0123456789abcdef";
+
+    /// Manifests of every shape the edit takes: kubeadm's, commented, CRLF, document markers,
+    /// flow-style metadata, no metadata, a name that is last, folded or absent, JSON pretty and
+    /// compact.
+    const EDITABLE: &[&str] = &[
+        // kubeadm's etcd, abridged
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://10.0.0.1:2379\n  creationTimestamp: null\n  labels:\n    component: etcd\n    tier: control-plane\n  name: etcd\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - etcd\n    image: registry.k8s.io/etcd:3.5.15-0\n    name: etcd\n  hostNetwork: true\nstatus: {}\n",
+        // comments everywhere, four-space indentation, name first
+        "# managed by hand\n---\napiVersion: v1   # the core group\nkind: Pod\nmetadata:\n    # the pod's name\n    name: web   # kept\n    namespace: default\nspec:\n    containers:\n        - name: c\n          image: busybox\n...\n",
+        // CRLF line endings
+        "apiVersion: v1\r\nkind: Pod\r\nmetadata:\r\n  name: crlf\r\n  labels:\r\n    a: b\r\nspec:\r\n  containers: []\r\n",
+        // the name is the last line of the file, without a line break
+        "apiVersion: v1\nkind: Pod\nspec:\n  containers: []\nmetadata:\n  namespace: x\n  name: last",
+        // a name folded over two lines: the uid goes before it
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: >-\n    folded-name\n  namespace: kube-system\nspec: {}\n",
+        // flow-style metadata
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: flow, namespace: kube-system}\nspec:\n  containers: []\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {}\n",
+        // no metadata at all
+        "apiVersion: v1\nkind: Pod\nspec:\n  containers: []\n",
+        // no name in metadata
+        "kind: Pod\nmetadata:\n  labels:\n    a: b\nspec: {}\n",
+        // a quoted name, and a nested metadata in the spec that must stay untouched
+        "kind: Pod\nmetadata:\n  name: \"quoted\"\nspec:\n  template:\n    metadata:\n      name: inner\n",
+        // JSON, pretty
+        "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"Pod\",\n  \"metadata\": {\n    \"name\": \"j\",\n    \"namespace\": \"kube-system\"\n  },\n  \"spec\": {}\n}\n",
+        // JSON, compact, name last
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"n","name":"j"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#,
+        // JSON, name only, odd spacing
+        "{ \"kind\" : \"Pod\" , \"metadata\" : { \"name\" : \"j\" } }",
+        // JSON without metadata, and with an empty one, and without a name
+        "{\n    \"kind\": \"Pod\",\n    \"spec\": {}\n}",
+        r#"{"kind":"Pod","metadata":{},"spec":{}}"#,
+        r#"{"kind":"Pod","metadata":{"labels":{"name":"not-this"}},"spec":{}}"#,
+        // JSON whose strings hold braces and escaped quotes
+        r#"{"kind":"Pod","metadata":{"annotations":{"x":"{\"}\"]"},"name":"esc"},"spec":{}}"#,
+    ];
+
+    fn parsed_with_uid(bytes: &[u8], uid: &str) -> Value {
+        let mut v: Value = serde_yaml::from_slice(bytes).unwrap();
+        let top = v.as_mapping_mut().unwrap();
+        let meta = top
+            .entry(Value::from("metadata"))
+            .or_insert_with(|| Value::Mapping(Default::default()));
+        meta.as_mapping_mut()
+            .unwrap()
+            .insert(Value::from("uid"), Value::from(uid));
+        v
+    }
+
+    #[test]
+    fn pinning_equals_parsing_then_setting_the_uid_and_keeps_every_other_byte() {
+        for src in EDITABLE {
+            let Pin::Edit(e) = pin_uid(src.as_bytes(), UID)
+                .unwrap_or_else(|e| panic!("every editable shape is pinned: {e}\n{src}"))
+            else {
+                panic!("an unpinned manifest is edited:\n{src}");
+            };
+            let after: Value = serde_yaml::from_slice(&e.bytes).unwrap();
+            assert_eq!(
+                after,
+                parsed_with_uid(src.as_bytes(), UID),
+                "pinning then parsing equals parsing then setting metadata.uid:\n{}",
+                String::from_utf8_lossy(&e.bytes)
+            );
+            assert_eq!(
+                [&e.bytes[..e.at], &e.bytes[e.at + e.inserted.len()..]].concat(),
+                src.as_bytes(),
+                "the bytes outside the insertion are the original's:\n{}",
+                String::from_utf8_lossy(&e.bytes)
+            );
+            assert_eq!(
+                &e.bytes[e.at..e.at + e.inserted.len()],
+                &e.inserted[..],
+                "the insertion is where it says"
+            );
+            if serde_json::from_str::<serde_json::Value>(src).is_ok() {
+                let j: serde_json::Value = serde_json::from_slice(&e.bytes)
+                    .unwrap_or_else(|err| panic!("a JSON manifest stays JSON: {err}"));
+                assert_eq!(
+                    j.pointer("/metadata/uid").and_then(|u| u.as_str()),
+                    Some(UID),
+                    "the JSON holds the uid"
+                );
+            } else {
+                let ins = String::from_utf8(e.inserted.clone()).unwrap();
+                assert_eq!(
+                    ins.matches("uid:").count(),
+                    1,
+                    "one uid line (and in a manifest without metadata, its mapping): {ins:?}"
+                );
+            }
+            assert_eq!(
+                pin_uid(&e.bytes, UID),
+                Ok(Pin::AlreadyPinned),
+                "a pinned manifest is already pinned: a rerun writes nothing"
+            );
+        }
+    }
+
+    #[test]
+    fn the_uid_line_follows_name_with_its_indentation_and_line_ending() {
+        let Pin::Edit(e) = pin_uid(EDITABLE[1].as_bytes(), UID).unwrap() else {
+            panic!("edited")
+        };
+        assert!(
+            String::from_utf8(e.bytes)
+                .unwrap()
+                .contains(&format!("    name: web   # kept\n    uid: \"{UID}\"\n")),
+            "after name:, with the metadata's four spaces"
+        );
+        let Pin::Edit(e) = pin_uid(EDITABLE[2].as_bytes(), UID).unwrap() else {
+            panic!("edited")
+        };
+        assert_eq!(
+            e.inserted,
+            format!("  uid: \"{UID}\"\r\n").into_bytes(),
+            "a CRLF file gets a CRLF line"
+        );
+        let Pin::Edit(e) = pin_uid(EDITABLE[10].as_bytes(), UID).unwrap() else {
+            panic!("edited")
+        };
+        assert_eq!(
+            e.inserted,
+            format!(",\n    \"uid\": \"{UID}\"").into_bytes(),
+            "a pretty JSON member after name, written like its neighbours"
+        );
+    }
+
+    #[test]
+    fn forms_the_minimal_edit_cannot_handle_are_refused() {
+        let refused = [
+            // a flow-style document
+            "{apiVersion: v1, kind: Pod, metadata: {name: x}}\n",
+            // tabs
+            "kind: Pod\nmetadata:\n\tname: x\n",
+            // a quoted metadata key
+            "kind: Pod\n\"metadata\":\n  name: x\n",
+            // an alias
+            "kind: Pod\nx: &m {name: x}\nmetadata: *m\n",
+            // content on the --- line
+            "--- !!map\nkind: Pod\nmetadata:\n  name: x\n",
+            // already pinned to another UID
+            "kind: Pod\nmetadata:\n  name: x\n  uid: other\n",
+            // not a manifest
+            "kind: Pod\nmetadata: [\n",
+        ];
+        for src in refused {
+            assert!(
+                pin_uid(src.as_bytes(), UID).is_err(),
+                "refused, never reserialized:\n{src}"
+            );
+        }
+        assert!(
+            pin_uid(EDITABLE[0].as_bytes(), "a\"b").is_err(),
+            "a UID that is not the kubelet's form is refused"
+        );
+        assert!(
+            pin_uid(EDITABLE[0].as_bytes(), "12e34").is_ok_and(|p| matches!(&p, Pin::Edit(e) if String::from_utf8_lossy(&e.inserted).contains("\"12e34\""))),
+            "a UID YAML would read as a number is quoted"
+        );
+    }
+}
