@@ -337,6 +337,31 @@ struct PlanFlags {
     store: StoreFlags,
     #[command(flatten)]
     node: NodeFlags,
+    /// Pin the UID of every static pod whose manifest sets no metadata.uid and which the
+    /// target kubelet would therefore restart (it derives the UID from a hash of its own Pod
+    /// type): `patch` writes `metadata.uid: <the UID the kubelet uses now>` into the manifest,
+    /// read from the runtime's pod UID label and the mirror pod's annotations, never
+    /// computed. One line is inserted, every other byte is kept; the original goes into the
+    /// backup and `rollback` restores it. Default: on for `upgrade` (its promise is a window
+    /// without restarts it can avoid, and the pin changes nothing for the running kubelet),
+    /// off for `plan` and `patch` (they touch only the store unless asked). A later `kubeadm
+    /// upgrade` rewrites the manifest without the pin (docs/upgrade.md).
+    #[arg(long, overrides_with = "no_pin_static_pod_uids")]
+    pin_static_pod_uids: bool,
+    /// Leave static pod manifests alone: a pod with a derived UID is planned as a restart.
+    #[arg(long, overrides_with = "pin_static_pod_uids")]
+    no_pin_static_pod_uids: bool,
+}
+
+impl PlanFlags {
+    /// Whether static pods' UIDs are pinned: as given, else the command's `default`.
+    fn pin_uids(&self, default: bool) -> bool {
+        match (self.pin_static_pod_uids, self.no_pin_static_pod_uids) {
+            (true, _) => true,
+            (_, true) => false,
+            _ => default,
+        }
+    }
 }
 
 /// The kubelet's default --root-dir.
@@ -452,6 +477,7 @@ impl NodeFlags {
             cgroup_fs: None,
             api: None,
             installed_kubelet: None,
+            pin_static_pod_uids: false,
         })
     }
 }
@@ -554,13 +580,14 @@ fn plan_node(
     from: &str,
     store: &StoreFlags,
     node: &NodeFlags,
-    lock: bool,
+    (lock, pin_uids): (bool, bool),
 ) -> Result<PlannedNode, Failure> {
     let to = parse_version("--to", to)?;
     let from = parse_from(from)?;
     let switch = node.switch_options(store)?;
     let node_flags = node;
     let mut node = node.read(store)?;
+    node.pin_static_pod_uids = pin_uids;
     let location = store.location()?;
     // Pods from the API server are read first: one that cannot be asked leaves even the
     // store's lock file untouched. A pods file (or stdin) is read under the lock, as before:
@@ -622,7 +649,7 @@ fn cmd_plan(flags: &PlanFlags, output: Output, out: &mut dyn Write) -> Done {
         &flags.from,
         &flags.store,
         &flags.node,
-        false,
+        (false, flags.pin_uids(false)),
     )?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     Ok(plan_exit(&plan))
@@ -686,7 +713,7 @@ fn cmd_patch(
         &flags.from,
         &flags.store,
         &flags.node,
-        !dry_run,
+        (!dry_run, flags.pin_uids(false)),
     )?;
     if dry_run {
         render::plan(&plan, output, out).map_err(Failure::output)?;
@@ -779,7 +806,7 @@ fn cmd_verify(f: &VerifyFlags<'_>, output: Output, out: &mut dyn Write) -> Done 
         };
     }
     let to = f.to.expect("clap: --to required without --live");
-    let (_, plan, _) = plan_node(f.source, to, f.from, f.store, f.node, false)?;
+    let (_, plan, _) = plan_node(f.source, to, f.from, f.store, f.node, (false, false))?;
     render::plan(&plan, output, out).map_err(Failure::output)?;
     let v = rehash::verify(&plan);
     if v.ok() {

@@ -78,6 +78,9 @@ impl Progress for Stderr {
             Event::CriDockerdCheckpointsCopied(n) => eprintln!(
                 "kubelet-rehash: copied {n} sandbox checkpoint(s) from dockershim into cri-dockerd's root"
             ),
+            Event::StaticPodUidsPinned(n) => eprintln!(
+                "kubelet-rehash: pinned metadata.uid in {n} static pod manifest(s) (the UID the kubelet uses now; the originals are in the backup)"
+            ),
             Event::ReadBackStarted | Event::CheckpointsSetAside(_) => {}
         }
     }

@@ -236,6 +236,7 @@ pub fn cmd_upgrade(
         )));
     }
     let mut node_files = plan.node.read(&plan.store)?;
+    node_files.pin_static_pod_uids = plan.pin_uids(true);
     let cri_dockerd = plan.node.switch_options(&plan.store)?;
     let location = plan.store.location()?;
     let kind = location.open()?.kind();

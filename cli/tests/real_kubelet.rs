@@ -850,10 +850,10 @@ fn api_cases(lab: &Lab, tmp: &Path, pair: &str, to: &str, control_plane_minor: u
     let pods = tmp.join("pods-api-case.json");
     lab.write_pods(&pods);
     let o = rehash_api(lab, "plan", &kubeconfig, to)
-        .args(["-o", "json"])
+        .args(["-o", "json", "--pin-static-pod-uids"])
         .output()
         .unwrap();
-    // 4: the plan lists containers that restart anyway (the static pod with a derived UID)
+    // 4: the plan lists containers that restart anyway
     assert!(
         matches!(o.status.code(), Some(0) | Some(4)),
         "{pair}: plan --kubeconfig: {:?} {}",
@@ -1162,8 +1162,9 @@ fn plan_lines(plan: &Value) -> BTreeMap<String, String> {
 
 /// The pods-file plan's lines of the running node for `to`.
 fn planned_lines(lab: &Lab, pods: &Path, to: &str) -> BTreeMap<String, String> {
+    // pinning static pods' UIDs, as `upgrade` does by default
     let o = rehash(lab, "plan", pods, to)
-        .args(["-o", "json"])
+        .args(["-o", "json", "--pin-static-pod-uids"])
         .output()
         .unwrap();
     plan_lines(
@@ -1245,8 +1246,9 @@ fn upgrade_command(
 /// The plan of the running node for `to`: (restart without rewrite, restart after rewrite),
 /// as `ns/pod/container` names.
 fn planned(lab: &Lab, pods: &Path, to: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    // pinning static pods' UIDs, as `upgrade` does by default: `static-derived` is kept
     let o = rehash(lab, "plan", pods, to)
-        .args(["-o", "json"])
+        .args(["-o", "json", "--pin-static-pod-uids"])
         .output()
         .unwrap();
     let plan: Value = serde_json::from_slice(&o.stdout)
@@ -1432,6 +1434,40 @@ fn switched_to_cri_dockerd(lab: &Lab, up: &WithTool, pair: &str) {
     }
 }
 
+/// Issue 52: the static pod whose manifest sets no `metadata.uid` kept its container and
+/// process through the upgrade, because the upgrade pinned the UID the old kubelet had derived
+/// (the control, without the tool, still restarts it with every other container).
+fn static_derived_kept(lab: &Lab, up: &WithTool, pair: &str) {
+    let keys: Vec<&String> = up
+        .before
+        .keys()
+        .filter(|k| k.contains("/static-derived-"))
+        .collect();
+    assert!(
+        !keys.is_empty(),
+        "{pair}: static-derived ran before the upgrade"
+    );
+    for k in keys {
+        let (b, a) = (&up.before[k], &up.after[k]);
+        // (the mirror pod's UID: the same mirror pod, so the kubelet kept the pod's UID)
+        assert_eq!(
+            (a.id.as_str(), a.pid, a.pod_uid.as_str()),
+            (b.id.as_str(), b.pid, b.pod_uid.as_str()),
+            "{pair}: {k} keeps its container id, pid and mirror pod with the tool"
+        );
+    }
+    let manifest =
+        std::fs::read_to_string(Path::new(lab.var("MANIFESTS")).join("static-derived.yaml"))
+            .unwrap();
+    let pinned: Value = serde_yaml::from_str(&manifest).unwrap();
+    assert!(
+        pinned["metadata"]["uid"]
+            .as_str()
+            .is_some_and(rehash::static_pods::is_derived_form),
+        "{pair}: the upgrade pinned the UID the old kubelet had derived in the manifest: {manifest}"
+    );
+}
+
 fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut Vec<Value>) -> Row {
     let minor: u32 = to.split('.').nth(1).unwrap().parse().unwrap();
     let t = tempfile::tempdir().unwrap();
@@ -1530,6 +1566,7 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
     if runtime == "docker" && minor >= 24 {
         switched_to_cri_dockerd(&lab, &up, &pair);
     }
+    static_derived_kept(&lab, &up, &pair);
     // our rewritten hashes are what the real new kubelet computes (else it had restarted them)
     fidelity(
         &lab,

@@ -113,6 +113,21 @@ pub fn patch(
         }
         Ok(())
     })?;
+    // The static pod manifests to pin, each edit made again from the file as it is now and
+    // proven to be the planned one before anything is written (a manifest changed since the
+    // plan refuses the whole patch).
+    let mut pins = Vec::new();
+    let mut pin_errors = Vec::new();
+    for pin in &plan.static_pod_pins {
+        match crate::static_pods::redo_pin(pin) {
+            Ok(Some(edit)) => pins.push((pin, edit)),
+            Ok(None) => {}
+            Err(e) => pin_errors.push(format!("[static-pod-pin-refused] {e}")),
+        }
+    }
+    if !pin_errors.is_empty() {
+        return Err(Error::Blocked(pin_errors));
+    }
     let carry_over = switch.is_some_and(|s| s.checkpoints.iter().any(|c| !c.present));
     let swept_temps = session.swept_temps();
     if swept_temps > 0 {
@@ -121,7 +136,7 @@ pub fn patch(
     let total = |report: &mut Plan| {
         report.timings.total_ms = plan.timings.total_ms + t0.elapsed().as_secs_f64() * 1e3;
     };
-    if rewrites.is_empty() && set_aside.is_empty() && !carry_over {
+    if rewrites.is_empty() && set_aside.is_empty() && !carry_over && pins.is_empty() {
         progress.event(Event::NothingToRewrite);
         total(&mut report);
         return Ok(PatchReport {
@@ -148,6 +163,21 @@ pub fn patch(
         bk.save_set_aside(path, &bytes, meta)?;
         set_aside_bytes.push(bytes);
     }
+    // The manifests' originals too, with the sha256 of what is written: a byte rollback
+    // restores them like the store's files (their directory is recorded as one of the
+    // backup's roots, the only place outside the store it restores to).
+    for (pin, (original, meta, pinned)) in &pins {
+        let path = std::path::Path::new(&pin.manifest);
+        if let Some(dir) = path.parent() {
+            bk.add_root(dir);
+        }
+        bk.save(
+            path,
+            original,
+            *meta,
+            Some(storepatch::backup::sha256_hex(pinned)),
+        )?;
+    }
     let outcome = if rewrites.is_empty() {
         // nothing of the store to rewrite: the backup still commits before any checkpoint is
         // set aside or copied
@@ -164,6 +194,17 @@ pub fn patch(
     }
     for (path, bytes) in set_aside.iter().zip(&set_aside_bytes) {
         remove_set_aside(path, bytes)?;
+    }
+    // The pins, after the store (whose backup, the manifests' included, is committed by now):
+    // each manifest replaced atomically with its mode and owner, through a temp file whose
+    // name starts with `.` (`.<name>.rehash-tmp-<pid>`), which the kubelet's file source
+    // ignores, so a running kubelet never reads half a manifest or a second copy of the pod.
+    for (pin, (_, meta, pinned)) in &pins {
+        storepatch::atomic::replace_file(std::path::Path::new(&pin.manifest), pinned, *meta)?;
+    }
+    if !pins.is_empty() {
+        bk.finish()?;
+        progress.event(Event::StaticPodUidsPinned(pins.len()));
     }
     if !set_aside.is_empty() {
         bk.finish()?;
@@ -202,9 +243,21 @@ pub fn patch(
         })
         .map(|rw| rw.id.clone())
         .collect();
+    let bad_pins: Vec<String> = pins
+        .iter()
+        .filter(|(pin, _)| !matches!(crate::static_pods::redo_pin(pin), Ok(None)))
+        .map(|(pin, _)| pin.manifest.clone())
+        .collect();
     report.timings.verify_ms = Some(t_verify.elapsed().as_secs_f64() * 1e3);
     total(&mut report);
     bk.attach_with("report.json", &mut |w| report.write_json(w))?;
+    if !bad_pins.is_empty() {
+        return Err(Error::ReadBack {
+            ids: bad_pins,
+            backup_dir: backup.dir.clone(),
+            report: Box::new(report),
+        });
+    }
     if !bad.is_empty() {
         // The marker stays: the store is not what the plan wanted, the message names the
         // rollback.

@@ -9,7 +9,7 @@
 
 use crate::error::Error;
 use crate::pods::{ContainerState, ContainerType, PodIndex};
-use crate::static_pods::{uid_origin, StaticManifests, UidOrigin};
+use crate::static_pods::{plan_pin, uid_origin, StaticManifests, UidOrigin, UidPin};
 use hashcompat::{ContainerHashes, Hash, KubeletVersion, SpecError};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -54,6 +54,11 @@ pub struct NodeFiles {
     /// Offline (no [`NodeFiles::api`]): what the installed kubelet binary says of itself,
     /// which then decides `--from auto` in its place.
     pub installed_kubelet: Option<InstalledKubelet>,
+    /// Pin the UID of every static pod the target kubelet would otherwise give a new one
+    /// (`--pin-static-pod-uids`): the plan keeps such a pod and lists the manifest edit in
+    /// [`Plan::static_pod_pins`], which `patch` writes; a pod it cannot pin is a `block`
+    /// hazard `static-pod-pin-refused`.
+    pub pin_static_pod_uids: bool,
 }
 
 /// Containers (of distinct specs) hashed for every version to name the versions the others
@@ -191,6 +196,7 @@ impl Plan {
                 from,
                 to,
                 manifests: node.manifests.as_ref(),
+                pin_uids: node.pin_static_pod_uids,
             })
         };
         // who says which kubelet runs: the Node (from the API server), else, offline, the
@@ -327,6 +333,8 @@ pub(crate) struct PlanInput<'p, 'a> {
     pub from: From,
     pub to: KubeletVersion,
     pub manifests: Option<&'p StaticManifests>,
+    /// [`NodeFiles::pin_static_pod_uids`].
+    pub pin_uids: bool,
 }
 
 /// The pods file must be this node's: when it names nodes, the store's pods must be found on
@@ -588,6 +596,9 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
     let from_v = from.expect("set above");
 
     let mut records = Vec::with_capacity(input.scan.records.len());
+    // Each manifest's pin is decided once, for the first of its pod's containers that needs
+    // it (by manifest file: one file, one pod).
+    let mut pins: BTreeMap<std::path::PathBuf, Result<UidPin, String>> = BTreeMap::new();
     for r in &input.scan.records {
         records.push(plan_record(
             input,
@@ -595,12 +606,26 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
             hashes_for(r),
             &at,
             &matches,
-            from_v,
-            &from_candidates,
+            (from_v, &from_candidates),
+            &mut pins,
         ));
     }
     let summary = summarize(&records, input.to);
     let mut hazards: Vec<Hazard> = input.scan.warnings.clone();
+    let mut static_pod_pins = Vec::new();
+    for (file, pin) in pins {
+        match pin {
+            Ok(p) => static_pod_pins.push(p),
+            Err(why) => hazards.push(Hazard::block(
+                "static-pod-pin-refused",
+                format!(
+                    "the static pod of {} keeps a kubelet-derived UID, so kubelet {} restarts it: pinning its UID is refused: {why}. Nothing is written; pin metadata.uid by hand, or give --no-pin-static-pod-uids to accept the restart",
+                    file.display(),
+                    input.to
+                ),
+            )),
+        }
+    }
     hazards.extend(crate::hazard::version_hazards(
         input.runtime,
         from_v,
@@ -630,6 +655,7 @@ pub(crate) fn make_plan(input: &PlanInput<'_, '_>) -> Result<Plan, Error> {
         },
         backup_dir: None,
         cri_dockerd: None,
+        static_pod_pins,
     })
 }
 
@@ -709,8 +735,8 @@ fn plan_record(
     hashes: Option<&Hashes>,
     at: HashesAt<'_>,
     matches: &dyn Fn(&StoreRecord, &ContainerHashes) -> bool,
-    from: KubeletVersion,
-    from_candidates: &[KubeletVersion],
+    (from, from_candidates): (KubeletVersion, &[KubeletVersion]),
+    pins: &mut BTreeMap<std::path::PathBuf, Result<UidPin, String>>,
 ) -> PlanRecord {
     let mut p = decide(input, r, hashes, at, matches, from);
     let Some(uid) = r.pod_uid.as_deref() else {
@@ -746,6 +772,22 @@ fn plan_record(
         && other_minor
     {
         p.would_restart_without_rewrite = true;
+        // With --pin-static-pod-uids, a pod whose manifest can be pinned keeps its UID, and
+        // is kept like any other (its containers' hashes decide).
+        if let (true, UidOrigin::Derived, Some(m)) = (input.pin_uids, origin, manifest) {
+            let pin = pins
+                .entry(m.file.clone())
+                .or_insert_with(|| plan_pin(m, uid, pod.config_hash.as_deref()));
+            if pin.is_ok() {
+                p.reason = format!(
+                    "{}; static pod kept because its UID gets pinned: its manifest {} sets no metadata.uid, and patch writes metadata.uid {uid} (the UID the kubelet uses now) so kubelet {} does not derive another",
+                    p.reason,
+                    m.file.display(),
+                    input.to
+                );
+                return p;
+            }
+        }
         p.would_restart_after_rewrite = true;
         let how = match (origin, manifest) {
             (UidOrigin::Derived, Some(m)) => {
@@ -767,8 +809,14 @@ fn plan_record(
             String::new()
         };
         p.reason = format!(
-            "{}; but static pod with a kubelet-derived UID ({how}): kubelet {} derives another UID from its own Pod type, treats the pod as new and restarts it{unsure} (pin metadata.uid in the manifest to keep it)",
-            p.reason, input.to
+            "{}; but static pod with a kubelet-derived UID ({how}): kubelet {} derives another UID from its own Pod type, treats the pod as new and restarts it{unsure} ({})",
+            p.reason,
+            input.to,
+            match manifest.and_then(|m| pins.get(&m.file)) {
+                Some(Err(why)) => format!("its UID cannot be pinned: {why}"),
+                _ if manifest.is_some() => "--pin-static-pod-uids pins metadata.uid in the manifest to keep it".to_string(),
+                _ => "pin metadata.uid in its manifest, or give --manifests, to keep it".to_string(),
+            }
         );
     }
     p

@@ -6,6 +6,9 @@ use std::collections::HashMap;
 
 /// The mirror pod's annotation naming the static pod's kubelet UID.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The annotation the kubelet puts on every static pod (and so on its mirror pod): the UID it
+/// gave the pod.
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 
 /// How the kubelet treats a container (decides whether a changed hash restarts it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -58,6 +61,10 @@ pub struct Pod<'a> {
     /// A mirror pod's `kubernetes.io/config.mirror` annotation: the UID the kubelet gave the
     /// static pod, which its runtime containers carry (crate::static_pods).
     pub kubelet_uid: Option<String>,
+    /// A mirror pod's `kubernetes.io/config.hash` annotation: the kubelet sets it to the
+    /// static pod's UID too (pkg/kubelet/config/common.go), so it is a second witness of
+    /// [`Pod::kubelet_uid`].
+    pub config_hash: Option<String>,
     /// `spec.nodeName`: which node the API server bound the pod to.
     pub node_name: Option<String>,
     /// Init, regular and ephemeral containers.
@@ -287,6 +294,13 @@ impl<'a> PodIndex<'a> {
                 }
             }
         }
+        let config_hash = item
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
+            .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
         let kubelet_uid = item
             .get("metadata")
             .and_then(|m| m.get("annotations"))
@@ -307,6 +321,7 @@ impl<'a> PodIndex<'a> {
             name: name.to_string(),
             uid: uid.to_string(),
             kubelet_uid: kubelet_uid.map(str::to_string),
+            config_hash,
             node_name: str_at(spec, &["nodeName"])
                 .filter(|s| !s.is_empty())
                 .map(str::to_string),

@@ -26,6 +26,8 @@ pub enum Event {
     CheckpointsSetAside(usize),
     /// dockershim's sandbox checkpoints were copied into cri-dockerd's root.
     CriDockerdCheckpointsCopied(usize),
+    /// Static pod manifests got their kubelet's UID pinned (`metadata.uid`).
+    StaticPodUidsPinned(usize),
 }
 
 /// Receives [`Event`]s. Called from the thread that runs the workflow.

@@ -200,6 +200,10 @@ pub struct Plan {
     /// ([`crate::cri_dockerd::plan_switch`]): what `patch` copies and `verify --live` asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cri_dockerd: Option<CriDockerdSwitch>,
+    /// The static pods whose derived UID `patch` pins in their manifests
+    /// (`--pin-static-pod-uids`; absent in the JSON when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub static_pod_pins: Vec<crate::static_pods::UidPin>,
 }
 
 impl Plan {

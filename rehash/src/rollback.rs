@@ -162,6 +162,29 @@ pub struct ValueRollback {
     pub undo_backup: Option<PathBuf>,
     /// The kubelet checkpoints the patch had set aside, and what their restore did.
     pub set_aside: RollbackReport,
+    /// The static pod manifests the patch pinned, and what their restore did.
+    pub pinned_manifests: RollbackReport,
+}
+
+/// The manifests the patch of `report` pinned come back byte for byte with a value rollback
+/// too: they are files beside the store, not values in it.
+fn put_back_pinned(backup_dir: &Path, report: &Plan) -> Result<RollbackReport, Error> {
+    let paths: Vec<PathBuf> = report
+        .static_pod_pins
+        .iter()
+        .map(|p| PathBuf::from(&p.manifest))
+        .collect();
+    if paths.is_empty() {
+        return Ok(RollbackReport { files: Vec::new() });
+    }
+    storepatch::backup::restore_paths(backup_dir, &paths).map_err(|e| match e {
+        e @ StoreError::RollbackConflict { .. } => Error::RollbackConflict {
+            source: e,
+            backup_dir: backup_dir.to_path_buf(),
+            unrecorded_accepted: false,
+        },
+        e => e.into(),
+    })
 }
 
 /// Value-level undo: for every container the patch rewrote (from `report.json` in the backup
@@ -269,6 +292,7 @@ pub fn rollback_values(
     session.begin_rollback()?;
     if undo.is_empty() {
         let set_aside = put_back_set_aside(backup_dir)?;
+        let pinned_manifests = put_back_pinned(backup_dir, &report)?;
         crate::cri_dockerd::remove_copies(&copies)?;
         session.finish()?;
         return Ok(ValueRollback {
@@ -276,6 +300,7 @@ pub fn rollback_values(
             already,
             undo_backup: None,
             set_aside,
+            pinned_manifests,
         });
     }
     let dir = backup_dir.join(format!("undo-{}", unix_now()));
@@ -283,6 +308,7 @@ pub fn rollback_values(
     // Set-aside checkpoints first: their check refuses before anything is written.
     let set_aside = put_back_set_aside(backup_dir)?;
     session.set_may_have_written(true);
+    let pinned_manifests = put_back_pinned(backup_dir, &report)?;
     store.apply(&undo, &mut backup)?;
     crate::cri_dockerd::remove_copies(&copies)?;
     session.finish()?;
@@ -291,5 +317,6 @@ pub fn rollback_values(
         already,
         undo_backup: Some(dir),
         set_aside,
+        pinned_manifests,
     })
 }

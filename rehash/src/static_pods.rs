@@ -14,6 +14,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+pub mod pin;
+
 /// The kubelet's default `staticPodPath` (kubeadm's too).
 pub const DEFAULT_MANIFESTS_DIR: &str = "/etc/kubernetes/manifests";
 
@@ -157,6 +159,97 @@ pub fn is_derived_form(uid: &str) -> bool {
         && uid
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A static pod whose derived UID `patch` pins in its manifest (`--pin-static-pod-uids`): what
+/// the plan decided, with the sha256 of the manifest it decided from and of what it writes, so
+/// the write can prove it writes exactly what was planned.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UidPin {
+    /// The manifest file.
+    pub manifest: String,
+    /// The static pod's `metadata.namespace`.
+    pub namespace: String,
+    /// Its `metadata.name` (the mirror pod is `<name>-<node>`).
+    pub name: String,
+    /// The UID pinned: the one the running kubelet uses, as read from the runtime's pod UID
+    /// label and the mirror pod's annotations (never computed).
+    pub uid: String,
+    /// sha256 of the manifest as planned.
+    pub sha256_original: String,
+    /// sha256 of the manifest with the pin.
+    pub sha256_pinned: String,
+}
+
+/// Decides the pin of one static pod: `kubelet_uid` is the UID its runtime containers carry
+/// (their `io.kubernetes.pod.uid` label, which the mirror pod's `kubernetes.io/config.mirror`
+/// matched), `config_hash` the mirror's `kubernetes.io/config.hash`; both are the kubelet's
+/// UID, so when they disagree neither is trusted. The edit is made in memory only.
+pub fn plan_pin(
+    manifest: &Manifest,
+    kubelet_uid: &str,
+    config_hash: Option<&str>,
+) -> Result<UidPin, String> {
+    if let Some(h) = config_hash.filter(|h| *h != kubelet_uid) {
+        return Err(format!(
+            "the runtime's containers carry pod UID {kubelet_uid} but the mirror pod's kubernetes.io/config.hash is {h}: which UID the kubelet uses is unsure, so none is pinned"
+        ));
+    }
+    let (bytes, _) = storepatch::atomic::read_regular_nofollow(&manifest.file)
+        .map_err(|e| format!("{}: {e}", manifest.file.display()))?;
+    let edit = match pin::pin_uid(&bytes, kubelet_uid)
+        .map_err(|e| format!("{}: {e}", manifest.file.display()))?
+    {
+        pin::Pin::Edit(e) => e,
+        pin::Pin::AlreadyPinned => {
+            return Err(format!(
+                "{} already pins metadata.uid {kubelet_uid}",
+                manifest.file.display()
+            ))
+        }
+    };
+    // Recorded absolute: a rollback run from another directory restores the same file.
+    let file = std::path::absolute(&manifest.file).unwrap_or_else(|_| manifest.file.clone());
+    Ok(UidPin {
+        manifest: file.display().to_string(),
+        namespace: manifest.namespace.clone(),
+        name: manifest.name.clone(),
+        uid: kubelet_uid.to_string(),
+        sha256_original: storepatch::backup::sha256_hex(&bytes),
+        sha256_pinned: storepatch::backup::sha256_hex(&edit.bytes),
+    })
+}
+
+/// The planned edit of `pin`, made again from the manifest's bytes now: `Ok(None)` when the
+/// manifest already holds the pinned bytes (a rerun), else its bytes, mode and owner now and
+/// the pinned bytes. A manifest changed since the plan is refused.
+#[allow(clippy::type_complexity)]
+pub fn redo_pin(
+    pin: &UidPin,
+) -> Result<Option<(Vec<u8>, storepatch::atomic::FileMeta, Vec<u8>)>, String> {
+    let path = Path::new(&pin.manifest);
+    let (bytes, meta) = storepatch::atomic::read_regular_nofollow(path)
+        .map_err(|e| format!("{}: {e}", pin.manifest))?;
+    let sha = storepatch::backup::sha256_hex(&bytes);
+    if sha == pin.sha256_pinned {
+        return Ok(None);
+    }
+    if sha != pin.sha256_original {
+        return Err(format!(
+            "{} changed since the plan (sha256 {sha}, planned from {}): not pinned",
+            pin.manifest, pin.sha256_original
+        ));
+    }
+    match pin::pin_uid(&bytes, &pin.uid) {
+        Ok(pin::Pin::Edit(e)) if storepatch::backup::sha256_hex(&e.bytes) == pin.sha256_pinned => {
+            Ok(Some((bytes, meta, e.bytes)))
+        }
+        Ok(_) => Err(format!(
+            "{}: the edit does not reproduce the planned bytes",
+            pin.manifest
+        )),
+        Err(e) => Err(format!("{}: {e}", pin.manifest)),
+    }
 }
 
 #[cfg(test)]

@@ -1040,6 +1040,13 @@ pub fn restore_set_aside(
     restore(dir, false, |e| e.set_aside, set_aside_paths)
 }
 
+/// [`rollback`] of only the files at `paths` (files a patch rewrote beside the store, such as
+/// the static pod manifests it pinned, which a value rollback must still give back byte for
+/// byte). The files must lie inside the manifest's roots, as for every restore.
+pub fn restore_paths(dir: &Path, paths: &[PathBuf]) -> Result<RollbackReport, StoreError> {
+    restore(dir, false, |e| paths.contains(&e.path), &[])
+}
+
 /// Whether every file of the backup in `dir` still holds its original bytes (a patch that
 /// failed before its first write changed nothing); `false` when any differs, is gone or
 /// cannot be checked.

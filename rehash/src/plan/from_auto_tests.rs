@@ -205,6 +205,7 @@ fn from_auto_finds_what_the_rule_finds_on_every_version_of_every_container() {
                 from: From::Auto,
                 to,
                 manifests: None,
+                pin_uids: false,
             });
             match (&expected, got) {
                 (Ok((from, candidates)), Ok(plan)) => {

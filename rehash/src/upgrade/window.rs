@@ -239,6 +239,12 @@ impl Run<'_> {
         self.state.store_backup_dir = done.backup_dir.as_ref().map(|d| d.display().to_string());
         self.state.rewritten = done.changed;
         self.state.summary = Some(done.report.summary.clone());
+        for pin in &done.report.static_pod_pins {
+            self.state.notes.push(format!(
+                "static pod {}/{}: metadata.uid {} pinned in {} (the original is in the store backup)",
+                pin.namespace, pin.name, pin.uid, pin.manifest
+            ));
+        }
         // verify --live needs the report even when nothing was rewritten: keep it beside the
         // state (the backup has its own copy when there is a backup).
         let report_path = self.backup_dir().join("report.json");
