@@ -232,9 +232,9 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     t0=$SECONDS
     # the version stamps hack/lib/version.sh sets: kubelet --version, the API server's
     # /version and the Node's kubeletVersion read them
-    # (1.16 and older: k8s.io/kubernetes/pkg/version)
+    # (1.16 and older: k8s.io/kubernetes/pkg/version; 1.16's kubectl: k8s.io/kubectl/pkg/version)
     local ldflags="" pkg
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version k8s.io/kubernetes/pkg/version; do
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version k8s.io/kubernetes/pkg/version k8s.io/kubectl/pkg/version; do
         ldflags="$ldflags -X $pkg.gitVersion=v$full -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
     done
     # providerless: without the in-tree cloud providers (their SDKs are a third of the older
@@ -599,6 +599,15 @@ docker_dir() {
     # $LAB_DOCKER: another Docker's tree with usr/sbin/dockerd (scripts/setup-docker-module.sh's
     # .cache/runtimes/docker-28.5.2); its dockerd runs with the same flags and Debian's containerd
     local d="${LAB_DOCKER:-$here/.cache/runtimes/docker-26.1.5}"
+    # Kubelets up to 1.18 ask dockerd without an API version (their docker client of 2019-03:
+    # `NewClient(endpoint, "")` sets it empty), so Docker 25+ answers as API 1.44+, which has no
+    # `VirtualSize`, and dockershim's image status fails: "Id or size of image ... is not set",
+    # no container ever starts. They ran with Docker 18.09-20.10: Debian 12's docker.io 20.10
+    # (scripts/setup-docker.sh installs it for the Docker store tests) is the lab's Docker there.
+    if [ -z "${LAB_DOCKER:-}" ] && [ "$(minor_of "$kubelet_version")" -le 18 ]; then
+        "$here/scripts/setup-docker.sh" >&2
+        d=/
+    fi
     if [ ! -x "$d/usr/sbin/dockerd" ] || [ ! -x "$here/.cache/cri-dockerd/bin/cri-dockerd" ]; then
         "$here/scripts/setup-docker.sh" >&2
         "$here/scripts/setup-cri-dockerd.sh" >&2
@@ -832,7 +841,7 @@ cmd_up() {
         [ "$(minor_of "$kubelet_version")" -le 23 ] || die "up: --runtime docker starts a kubelet <= 1.23 on its dockershim (the node kubelet-rehash switches to cri-dockerd); $kubelet_version has none"
         runtime_root="$dir/docker/root"
         runtime_sock="$dir/docker/dockershim.sock"
-        docker_bin="$(docker_dir)/usr/sbin"
+        docker_bin="$(docker_dir)"; docker_bin="${docker_bin%/}/usr/sbin"
         cri_dockerd="$here/.cache/cri-dockerd/bin/cri-dockerd"
         mkdir -p "$dir/docker/root" "$dir/docker/exec" "$dir/docker/dockershim" "$dir/docker/cri-dockerd" "$dir/cni/cache"
         write_docker_config
@@ -853,6 +862,8 @@ cmd_up() {
     local etcd; etcd="$(etcd_bin)"
     install -m 0755 "$kdir/kubelet" "$dir/bin/kubelet"
     for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do ln -sf "$cpdir/$b" "$dir/bin/$b"; done
+    docker_version=""
+    [ -z "$docker_bin" ] || docker_version="$("$docker_bin/dockerd" --version | sed -E 's/^Docker version ([^ ,]+).*/\1/')"
     cat > "$dir/env" <<EOF
 kubelet_version=$kubelet_version
 cp_version=$cp_version
@@ -875,6 +886,7 @@ ctr_bin=$ctr_bin
 docker_bin=$docker_bin
 cri_dockerd=$cri_dockerd
 cni_dir=$cni_dir
+docker_version=$docker_version
 EOF
     # an `up` that fails stops what it started (a caller that gets no environment back
     # cannot bring the lab down)
@@ -919,6 +931,9 @@ EOF
     wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
     log "kube-apiserver $cp_version"
+    # before 1.20 the audiences do not default to the issuer: the three flags go together
+    local api_audiences=""
+    [ "$(minor_of "$cp_version")" -ge 20 ] || api_audiences="--api-audiences=https://kubernetes.default.svc"
     spawn apiserver "$dir/bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
         --bind-address 127.0.0.1 --secure-port "$api_port" --advertise-address "$node_ip" \
         --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
@@ -927,7 +942,7 @@ EOF
         --kubelet-certificate-authority "$dir/pki/ca.crt" \
         --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
         --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
-        --allow-privileged=true --endpoint-reconciler-type none
+        --allow-privileged=true --endpoint-reconciler-type none $api_audiences
     wait_for kube-apiserver 120 "$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get --raw /readyz
 
     log "kube-controller-manager, kube-scheduler"
@@ -975,8 +990,9 @@ EOF
     wait_for "node $node_name Ready" 180 node_ready
     # pods are admitted once the controller-manager made the namespace's service account
     wait_for "the default service account" 60 "$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get serviceaccount default
-    trap - EXIT
+    # (the environment printed first: an `up` whose print fails is a failed `up`, stopped)
     print_env
+    trap - EXIT
 }
 
 node_ready() {
@@ -1003,6 +1019,7 @@ CONTROL_PLANE_VERSION=$cp_version
 EOF
     [ "$runtime" != docker ] || cat <<EOF
 DOCKER_SOCKET=$dir/docker/docker.sock
+DOCKER_VERSION=$docker_version
 DOCKER_PIDFILE=$dir/docker/docker.pid
 DOCKER_DAEMON_JSON=$dir/docker/daemon.json
 CRI_DOCKERD_ENDPOINT=unix://$dir/docker/cri-dockerd.sock

@@ -1696,16 +1696,8 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
             },
             "docker" => format!(
                 "Docker {}: {}",
-                std::env::var("LAB_DOCKER")
-                    .ok()
-                    .and_then(|d| {
-                        Path::new(&d).file_name().map(|n| {
-                            n.to_string_lossy()
-                                .trim_start_matches("docker-")
-                                .to_string()
-                        })
-                    })
-                    .unwrap_or_else(|| "26.1.5".to_string()),
+                // the dockerd the lab ran (26.1.5; 20.10 for kubelets up to 1.18; LAB_DOCKER's)
+                lab.var("DOCKER_VERSION"),
                 if minor >= 24 {
                     "dockershim → cri-dockerd 0.4.1"
                 } else {
