@@ -123,7 +123,9 @@ trap finish EXIT
 # cached by version in $cache/k8s/<version>/ (a cold build is about 4-6 min a version here).
 # The pairs CI runs: 1.30 -> 1.31 (every container's hash changes) on containerd and on CRI-O
 # 1.30.14 (scripts/setup-crio.sh), 1.23 -> 1.24 on Docker with the dockershim -> cri-dockerd
-# switch (dockerd 26.1.5 and cri-dockerd 0.4.1 from scripts/setup-cri-dockerd.sh), and
+# switch (dockerd 26.1.5 and cri-dockerd 0.4.1 from scripts/setup-cri-dockerd.sh), 1.15 -> 1.16
+# on Docker 20.10 (Debian 12's; every hash changes: the oldest pair the lab builds, with the Go
+# 1.13 of its era and its API server's OpenAPI definitions generated: about 10 min cold), and
 # 1.36 -> 1.37, today's release (the newest pair kubelet-rehash supports), with the node-Ready
 # hold's fail-safes.
 # In the order the suite's pairs run: the suite starts as soon as the other tests end and its
@@ -132,6 +134,7 @@ trap finish EXIT
 k8s_lane() {
     stage k8s "kubelet 1.30, all five of 1.31" build_pair 1.30 1.31
     stage k8s "kubelet 1.23, all five of 1.24" build_pair 1.23 1.24
+    stage k8s "kubelet 1.15, all five of 1.16" build_pair 1.15 1.16
     stage k8s "kubelet 1.36, all five of 1.37" build_pair 1.36 1.37
 }
 build_pair() { # FROM TO: the old kubelet, and the new version's kubelet and control plane
