@@ -1379,7 +1379,14 @@ fn with_tool(
             "{pair}: {what}: {k} keeps its pod's UID and IP and its process"
         );
     }
-    held(&window, &format!("{pair}: {what}"));
+    // (a failed window names the upgrade's steps and their times, and the hold's record)
+    held(
+        &window,
+        &format!(
+            "{pair}: {what} (upgrade steps: {}; hold: {})",
+            state["steps"], state["hold_ready"]
+        ),
+    );
     WithTool {
         before,
         after,
