@@ -1162,7 +1162,9 @@ fn the_version_skew_policy_blocks_a_kubelet_newer_than_the_api_server_or_too_far
 /// The Node object of the pods' node: its name from the pods file, the labels `labels`, room
 /// for every pod.
 fn node_object(pods: &Value, labels: Value) -> rehash::admission::NodeObject {
-    let name = pods["items"][0]["spec"]["nodeName"].as_str().unwrap_or("node");
+    let name = pods["items"][0]["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or("node");
     let node = json!({
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
@@ -1191,7 +1193,10 @@ fn a_pod_whose_node_selector_the_node_no_longer_matches_is_planned_to_restart_an
     let kept = plan_with(&n, &pods, "1.31", &with(json!({"disktype": "ssd"})));
     let blind = plan_with(&n, &pods, "1.31", &NodeFiles::default());
     assert!(
-        !kept.hazards.iter().any(|h| h.code.starts_with("kubelet-rejects")),
+        !kept
+            .hazards
+            .iter()
+            .any(|h| h.code.starts_with("kubelet-rejects")),
         "a pod that still fits is never flagged: {:?}",
         kept.hazards
     );
@@ -1207,7 +1212,10 @@ fn a_pod_whose_node_selector_the_node_no_longer_matches_is_planned_to_restart_an
         "without a Node object the plan says admission was not predicted"
     );
     assert!(
-        !kept.hazards.iter().any(|h| h.code == "admission-not-predicted"),
+        !kept
+            .hazards
+            .iter()
+            .any(|h| h.code == "admission-not-predicted"),
         "with one it does not"
     );
 
@@ -1219,12 +1227,16 @@ fn a_pod_whose_node_selector_the_node_no_longer_matches_is_planned_to_restart_an
         .filter(|h| h.code == "kubelet-rejects-pod-at-admission")
         .collect();
     assert_eq!(rejected.len(), 1, "one pod is rejected: {rejected:?}");
-    assert_eq!(rejected[0].severity, rehash::Severity::Block, "a rejection blocks");
+    assert_eq!(
+        rejected[0].severity,
+        rehash::Severity::Block,
+        "a rejection blocks"
+    );
     assert!(
         rejected[0].message.contains(&format!("pod {name}:"))
-            && rejected[0]
-                .message
-                .contains("Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"),
+            && rejected[0].message.contains(
+                "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+            ),
         "the hazard names the pod and kubelet 1.31's own words: {}",
         rejected[0].message
     );
@@ -1243,7 +1255,11 @@ fn a_pod_whose_node_selector_the_node_no_longer_matches_is_planned_to_restart_an
                 r.id
             );
         }
-        assert_eq!(r.action, b.action, "{}: the rewrite itself is unchanged", r.id);
+        assert_eq!(
+            r.action, b.action,
+            "{}: the rewrite itself is unchanged",
+            r.id
+        );
     }
     assert!(
         plan.summary.would_restart_after_rewrite > blind.summary.would_restart_after_rewrite
@@ -1255,13 +1271,22 @@ fn a_pod_whose_node_selector_the_node_no_longer_matches_is_planned_to_restart_an
     // patch refuses it, and goes on with --accept-restarts
     let store = n.location.open().unwrap();
     let before = snapshot(&n.dir);
-    let e = rehash::patch(&plan, store.as_ref(), &n.backup("bk-refused"), &rehash::Silent)
-        .unwrap_err();
+    let e = rehash::patch(
+        &plan,
+        store.as_ref(),
+        &n.backup("bk-refused"),
+        &rehash::Silent,
+    )
+    .unwrap_err();
     assert!(
-        matches!(e, rehash::Error::Blocked(_)) && e.to_string().contains("kubelet-rejects-pod-at-admission"),
+        matches!(e, rehash::Error::Blocked(_))
+            && e.to_string().contains("kubelet-rejects-pod-at-admission"),
         "a rejected pod refuses the patch: {e}"
     );
-    assert!(snapshot(&n.dir) == before, "a refused patch changed nothing");
+    assert!(
+        snapshot(&n.dir) == before,
+        "a refused patch changed nothing"
+    );
     let mut opts = n.backup("bk");
     opts.accept_restarts = true;
     let done = rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent)
