@@ -39,6 +39,8 @@ pub struct PodsFlags {
 pub struct Pods {
     pub bytes: Vec<u8>,
     pub api: Option<rehash::ApiFacts>,
+    /// The Node object the API server served with the pods (`None` with a pods file).
+    pub node: Option<Vec<u8>>,
 }
 
 /// A connection to the API server with the node's identity, and the node's name.
@@ -71,7 +73,11 @@ impl PodsFlags {
         if let Some(p) = &self.pods {
             let bytes =
                 read_source(Some(p), "pods file ", "pods from stdin").map_err(Failure::usage)?;
-            return Ok(Pods { bytes, api: None });
+            return Ok(Pods {
+                bytes,
+                api: None,
+                node: None,
+            });
         }
         let Connected { api, node, how } = self
             .connect(host_root, true)?
@@ -101,6 +107,7 @@ impl PodsFlags {
                 node,
                 node_kubelet_version: info.kubelet_version,
             }),
+            node: Some(info.raw),
         })
     }
 

@@ -144,6 +144,11 @@ enum Command {
         /// back. Without this flag such a plan is refused (exit 3).
         #[arg(long)]
         set_aside_checkpoints: bool,
+        /// Go on although the target kubelet rejects some pods when it admits them again at
+        /// its start (hazard kubelet-rejects-pod-at-admission): their containers restart
+        /// whatever the patch does. Without this flag such a plan is refused (exit 3).
+        #[arg(long)]
+        accept_restarts: bool,
         /// How containerd's meta.db is backed up: `pages` (the original bytes of every page
         /// the transaction overwrites, a few hundred KB) or `full` (a copy of the whole
         /// file). Docker and CRI-O files are always copied whole. Rollback restores either
@@ -404,6 +409,13 @@ struct NodeFlags {
     /// reported version is).
     #[arg(long, value_name = "PATH", default_value = "/usr/bin/kubelet")]
     pub kubelet_path: PathBuf,
+    /// The node's Node object (`kubectl get node NAME -o json`), with --pods: the target
+    /// kubelet admits every pod again when it starts, against this Node's labels, taints and
+    /// allocatable, and the plan names each pod it would reject (a block hazard). From the
+    /// API server the Node is read with the pods; without either, the plan says admission
+    /// is not predicted.
+    #[arg(long = "node", value_name = "FILE")]
+    node_object: Option<PathBuf>,
 }
 
 impl NodeFlags {
@@ -478,8 +490,32 @@ impl NodeFlags {
             api: None,
             installed_kubelet: None,
             pin_static_pod_uids: false,
+            node_object: self
+                .node_object
+                .as_deref()
+                .map(read_node_object)
+                .transpose()?,
         })
     }
+}
+
+/// The Node the API server served with the pods becomes the one admission is predicted
+/// against, unless `--node` gave one.
+fn adopt_served_node(node: &mut NodeFiles, served: Option<Vec<u8>>) -> Result<(), Failure> {
+    if let (None, Some(raw)) = (&node.node_object, served) {
+        node.node_object = Some(
+            rehash::admission::NodeObject::parse(&raw)
+                .map_err(|e| Failure::usage(format!("the API server's Node: {e}")))?,
+        );
+    }
+    Ok(())
+}
+
+/// `--node FILE` (or `-` for stdin): a Node object; one that does not parse is a usage error.
+fn read_node_object(path: &Path) -> Result<rehash::admission::NodeObject, Failure> {
+    let bytes = read_source(Some(path), "node file ", "node from stdin").map_err(Failure::usage)?;
+    rehash::admission::NodeObject::parse(&bytes)
+        .map_err(|e| Failure::usage(format!("node file {}: {e}", path.display())))
 }
 
 /// A command's "no": a message and its exit code. Every library error becomes one here, in
@@ -610,12 +646,17 @@ fn plan_node(
         .then(|| storepatch::session::hold(store.root(), &location.state_dirs()))
         .transpose()
         .map_err(Error::from)?;
-    let api_pods::Pods { bytes: pods, api } = match early {
+    let api_pods::Pods {
+        bytes: pods,
+        api,
+        node: served,
+    } = match early {
         Some(p) => p,
         None => source.read(location.host_root.as_deref(), false)?,
     };
     node.installed_kubelet = installed;
     node.api = api;
+    adopt_served_node(&mut node, served)?;
     let (mut plan, networks) = Plan::build_with_networks(&pods, store.as_ref(), from, to, &node)?;
     rehash::cri_dockerd::plan_switch_with_networks(&mut plan, &networks, &switch)?;
     Ok((store, plan, lock))
@@ -698,7 +739,7 @@ enum BackupKind {
 fn cmd_patch(
     flags: &PlanFlags,
     backup_dir: Option<PathBuf>,
-    (set_aside_checkpoints, backup_kind): (bool, BackupKind),
+    (set_aside_checkpoints, accept_restarts, backup_kind): (bool, bool, BackupKind),
     report: Option<&Path>,
     dry_run: bool,
     output: Output,
@@ -724,6 +765,7 @@ fn cmd_patch(
         None => flags.store.location()?.default_backup_dir(store.kind())?,
     });
     backup.set_aside_checkpoints = set_aside_checkpoints;
+    backup.accept_restarts = accept_restarts;
     backup.bolt_full_copy = backup_kind == BackupKind::Full;
     backup.state = flags.store.location()?.state_dirs();
     let progress = spinner::Stderr::default();
@@ -979,12 +1021,13 @@ fn main() -> ExitCode {
             report,
             dry_run,
             set_aside_checkpoints,
+            accept_restarts,
             backup,
             output,
         } => cmd_patch(
             plan,
             backup_dir.clone(),
-            (*set_aside_checkpoints, *backup),
+            (*set_aside_checkpoints, *accept_restarts, *backup),
             report.as_deref(),
             *dry_run,
             *output,

@@ -121,7 +121,9 @@ pub struct UpgradeFlags {
     /// command line as it is.
     #[arg(long)]
     keep_kubelet_flags: bool,
-    /// Go on when the plan says some containers restart anyway (else exit 4, nothing stopped).
+    /// Go on when the plan says some containers restart anyway (else exit 4, nothing stopped),
+    /// pods the new kubelet rejects at admission included (hazard
+    /// kubelet-rejects-pod-at-admission; else exit 3, nothing stopped).
     #[arg(long)]
     accept_restarts: bool,
     /// As for `patch`: move checkpoints the target kubelet rejects into the backup.
@@ -240,12 +242,16 @@ pub fn cmd_upgrade(
     let cri_dockerd = plan.node.switch_options(&plan.store)?;
     let location = plan.store.location()?;
     let kind = location.open()?.kind();
-    let crate::api_pods::Pods { bytes: pods, api } =
-        plan.source.read(location.host_root.as_deref(), false)?;
+    let crate::api_pods::Pods {
+        bytes: pods,
+        api,
+        node: served,
+    } = plan.source.read(location.host_root.as_deref(), false)?;
     if api.is_none() {
         node_files.installed_kubelet = plan.node.installed_kubelet(&plan.store)?;
     }
     node_files.api = api;
+    crate::adopt_served_node(&mut node_files, served)?;
     let hold_ready = hold_ready(plan, f, location.host_root.as_deref())?;
     let backup_dir = match &f.backup_dir {
         Some(d) => d.clone(),

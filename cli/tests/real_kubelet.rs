@@ -1670,6 +1670,10 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
         node_fixture::finish(cap, &lab, to, &to_v, &ctl_restarted);
     }
 
+    // ---- issue 52: the pods the restarted kubelet rejects at admission, as planned ----
+    let admission = admission_case(&lab, t.path(), &pair, to, &to_v);
+    eprintln!("real_kubelet: {admission}");
+
     // ---- issue 37: windows longer than the grace period, without and with the hold ----
     // Only on containerd pairs: the hold is none of the runtime's business (a lease renewed
     // with the node's identity while the kubelet is down, the containers checked by pid and
@@ -1767,6 +1771,228 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
             back.state["kubelet_down_ms"].as_f64().unwrap_or(f64::NAN) / 1e3,
         ),
     }
+}
+
+/// The label the admission case's pods select, removed before the kubelet restarts.
+const ADMIT_LABEL: &str = "kubelet-rehash.lab/admit";
+
+/// The admission case's pods (issue 52): one selecting [`ADMIT_LABEL`] by `nodeSelector`, one
+/// by required node affinity, and one selecting the node's own hostname label, which stays.
+fn admission_pods(node: &str) -> String {
+    let container = r#"  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: k8s-lab.local/busybox:1.0
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+"#;
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: admit-selector}}
+spec:
+  nodeSelector: {{"{ADMIT_LABEL}": "yes"}}
+{container}---
+apiVersion: v1
+kind: Pod
+metadata: {{name: admit-affinity}}
+spec:
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions: [{{key: "{ADMIT_LABEL}", operator: In, values: ["yes"]}}]
+{container}---
+apiVersion: v1
+kind: Pod
+metadata: {{name: admit-hostname}}
+spec:
+  nodeSelector: {{"kubernetes.io/hostname": "{node}"}}
+{container}"#
+    )
+}
+
+/// The pods a plan's `kubelet-rejects-pod-at-admission` hazards name (`ns/name`), each with
+/// the hazard's message.
+fn predicted_rejections(plan: &Value) -> BTreeMap<String, String> {
+    plan["hazards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["code"] == "kubelet-rejects-pod-at-admission")
+        .map(|h| {
+            let m = h["message"].as_str().unwrap();
+            let pod = m
+                .strip_prefix("pod ")
+                .and_then(|r| r.split_once(": "))
+                .map(|(p, _)| p.to_string())
+                .unwrap_or_else(|| panic!("the hazard names its pod first: {m}"));
+            (pod, m.to_string())
+        })
+        .collect()
+}
+
+/// Issue 52, on the real kubelet `to` (running, the control's): pods selecting a node label
+/// run; the label is removed; the plan (from a pods file with `--node`, and from the API
+/// server) names the pods the kubelet will reject when it admits them again; the kubelet is
+/// restarted; exactly those pods fail, with the reason and message the plan quoted, and the
+/// pod whose selector still matches keeps running. The pods are deleted after. Returns the
+/// table's line.
+fn admission_case(lab: &Lab, tmp: &Path, pair: &str, to: &str, to_v: &str) -> String {
+    let node = lab.var("NODE").to_string();
+    lab.kubectl(&[
+        "label",
+        "node",
+        &node,
+        &format!("{ADMIT_LABEL}=yes"),
+        "--overwrite",
+    ]);
+    lab.apply(&admission_pods(&node));
+    wait_settled(lab, to_v, &format!("{pair}: admission pods"));
+    lab.kubectl(&["label", "node", &node, &format!("{ADMIT_LABEL}-")]);
+
+    let pods = tmp.join("pods-admission.json");
+    lab.write_pods(&pods);
+    let node_file = tmp.join("node-admission.json");
+    std::fs::write(
+        &node_file,
+        lab.kubectl(&["get", "node", &node, "-o", "json"]),
+    )
+    .unwrap();
+    let from_file = rehash(lab, "plan", &pods, to)
+        .args(["-o", "json", "--pin-static-pod-uids", "--node"])
+        .arg(&node_file)
+        .output()
+        .unwrap();
+    let plan: Value = serde_json::from_slice(&from_file.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{pair}: plan --node: {e}: {}",
+            String::from_utf8_lossy(&from_file.stderr)
+        )
+    });
+    let predicted = predicted_rejections(&plan);
+    let from_api = rehash_api(lab, "plan", &kubelet_kubeconfig(lab), to)
+        .args(["-o", "json", "--pin-static-pod-uids"])
+        .output()
+        .unwrap();
+    let api_plan: Value = serde_json::from_slice(&from_api.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{pair}: plan --kubeconfig: {e}: {}",
+            String::from_utf8_lossy(&from_api.stderr)
+        )
+    });
+    assert_eq!(
+        predicted_rejections(&api_plan),
+        predicted,
+        "{pair}: the plan from the API server's Node names the same rejections as --node"
+    );
+
+    sh(
+        Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
+        "stop-kubelet",
+    );
+    sh(
+        Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
+        "start-kubelet",
+    );
+    // The kubelet admits every pod within its first sync. A rejected pod ends: its status
+    // goes terminal, but the phase the API server keeps is not always Failed — the real 1.31
+    // kubelet logged "Pod admission denied … reason=NodeAffinity" and then reported the pod
+    // Succeeded, without reason, once its containers exited 0 on SIGTERM. So a pod of this
+    // case that ends is a rejected one (they never end by themselves), and the kubelet's own
+    // words are read from its log.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let ended: BTreeSet<String> = loop {
+        std::thread::sleep(Duration::from_secs(3));
+        let ended: BTreeSet<String> = lab.pods_of_node()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded")))
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p["metadata"]["namespace"].as_str().unwrap(),
+                    p["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let reported = lab.json(&["get", "node", &node])["status"]["nodeInfo"]["kubeletVersion"]
+            == format!("v{to_v}").as_str();
+        // settled: the kubelet reports, every predicted pod ended, and 15 s more passed
+        if reported
+            && ended.len() >= predicted.len()
+            && Instant::now() + Duration::from_secs(75) > deadline
+            || Instant::now() > deadline
+        {
+            break ended;
+        }
+    };
+    let log = std::fs::read_to_string(lab.dir.join("logs/kubelet.log")).unwrap_or_default();
+    // "Pod admission denied" podUID=… pod="ns/name" reason="R" message="M" (kubelet.go,
+    // rejectPod's log line; the same reason and message go to the pod's status)
+    let field = |l: &str, k: &str| -> Option<String> {
+        let at = l.find(&format!(" {k}=\""))? + k.len() + 3;
+        let rest = &l[at..];
+        Some(rest[..rest.find('"')?].to_string())
+    };
+    let denied: BTreeMap<String, (String, String)> = log
+        .lines()
+        .filter(|l| l.contains("\"Pod admission denied\""))
+        .filter_map(|l| {
+            Some((
+                field(l, "pod")?,
+                (field(l, "reason")?, field(l, "message")?),
+            ))
+        })
+        .filter(|(p, _)| ended.contains(p))
+        .collect();
+    if ended.iter().ne(predicted.keys()) || denied.keys().ne(predicted.keys()) {
+        let shown: Vec<String> = lab.pods_of_node()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {} {} {}",
+                    p["metadata"]["name"],
+                    p["status"]["phase"],
+                    p["status"]["reason"],
+                    p["status"]["message"]
+                )
+            })
+            .collect();
+        panic!(
+            "{pair}: the real kubelet {to} rejects exactly the pods the plan named (plan: {predicted:#?}, ended: {ended:?}, denied in its log: {denied:#?}); pods {shown:#?}"
+        );
+    }
+    let failed = denied;
+    for (pod, (reason, message)) in &failed {
+        assert!(
+            predicted[pod].contains(&format!("({reason}: {message})")),
+            "{pair}: {pod}: the plan quoted the kubelet's own reason and message ({reason}: {message}): {}",
+            predicted[pod]
+        );
+    }
+    let line = format!(
+        "{pair}: admission after a selected label was removed: predicted {} rejected [{}], the real kubelet {to} rejected {} [{}]",
+        predicted.len(),
+        predicted.keys().cloned().collect::<Vec<_>>().join(", "),
+        failed.len(),
+        failed.iter().map(|(p, (r, _))| format!("{p} {r}")).collect::<Vec<_>>().join(", ")
+    );
+    lab.kubectl(&[
+        "delete",
+        "pod",
+        "admit-selector",
+        "admit-affinity",
+        "admit-hostname",
+        "--grace-period=0",
+        "--force",
+        "--ignore-not-found",
+    ]);
+    wait_settled(lab, to_v, &format!("{pair}: after the admission case"));
+    line
 }
 
 /// One window of issue 37's table: made longer than the grace period on purpose.

@@ -73,6 +73,9 @@ pub struct NodeInfo {
     pub kubelet_version: String,
     /// `status.nodeInfo.containerRuntimeVersion` (`containerd://2.1.9`).
     pub runtime_version: String,
+    /// The Node object as served: its labels, taints and allocatable are what the kubelet
+    /// admits pods against when it starts again.
+    pub raw: Vec<u8>,
 }
 
 /// A connection to the API server as the kubeconfig's identity.
@@ -276,6 +279,7 @@ impl NodeApi {
             name: s("/metadata/name"),
             kubelet_version: s("/status/nodeInfo/kubeletVersion"),
             runtime_version: s("/status/nodeInfo/containerRuntimeVersion"),
+            raw: text.into_bytes(),
         })
     }
 

@@ -66,6 +66,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod admission;
 pub mod cri_dockerd;
 pub mod error;
 pub mod hazard;

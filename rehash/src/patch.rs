@@ -19,6 +19,11 @@ pub struct BackupOptions {
     /// rebuilds the state); `rollback` puts the files back byte for byte. Without it such a
     /// plan is refused.
     pub set_aside_checkpoints: bool,
+    /// Go on past the pods the target kubelet rejects at admission (hazard
+    /// `kubelet-rejects-pod-at-admission`, [`crate::admission`]): their containers restart
+    /// whatever the patch does, and the operator has said so (`--accept-restarts`). Without
+    /// it such a plan is refused.
+    pub accept_restarts: bool,
     /// Back up containerd's meta.db as a whole copy instead of the pages its transaction
     /// overwrites (`--backup full`); either way `rollback` restores it byte for byte.
     pub bolt_full_copy: bool,
@@ -33,6 +38,7 @@ impl BackupOptions {
         BackupOptions {
             dir: dir.into(),
             set_aside_checkpoints: false,
+            accept_restarts: false,
             bolt_full_copy: false,
             state: StateDirs::local(),
         }
@@ -103,6 +109,7 @@ pub fn patch(
             .iter()
             .filter(|h| h.severity == Severity::Block)
             .filter(|h| !(backup.set_aside_checkpoints && h.code == REJECTED_CHECKPOINT))
+            .filter(|h| !(backup.accept_restarts && h.code == crate::admission::REJECTED))
             .map(|h| format!("[{}] {}", h.code, h.message))
             .collect();
         if !blocking.is_empty() {

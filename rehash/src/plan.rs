@@ -59,6 +59,10 @@ pub struct NodeFiles {
     /// [`Plan::static_pod_pins`], which `patch` writes; a pod it cannot pin is a `block`
     /// hazard `static-pod-pin-refused`.
     pub pin_static_pod_uids: bool,
+    /// The Node object (from the API server, or `--node FILE`): the target kubelet's
+    /// admission of every pod is predicted against it ([`crate::admission`]). Without it the
+    /// plan says admission was not predicted.
+    pub node_object: Option<crate::admission::NodeObject>,
 }
 
 /// Containers (of distinct specs) hashed for every version to name the versions the others
@@ -291,6 +295,7 @@ impl Plan {
                 plan.hazards.push(h);
             }
         }
+        admit(&mut plan, pods, node.node_object.as_ref(), to);
         plan.endpoint = Some(store.endpoint());
         plan.timings.scan_ms = scan_ms;
         plan.timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -1054,6 +1059,17 @@ fn summarize(records: &[PlanRecord], to: KubeletVersion) -> Summary {
             "{new_uid} in static pods whose derived UID the target kubelet computes anew"
         ));
     }
+    let rejected = records
+        .iter()
+        .filter(|r| {
+            r.would_restart_after_rewrite && r.reason.contains("rejects the pod at admission")
+        })
+        .count();
+    if rejected > 0 {
+        reasons.push(format!(
+            "{rejected} in pods kubelet {to} rejects at admission"
+        ));
+    }
     let orphans = actions.get(&Action::Orphan).copied().unwrap_or(0);
     if orphans > 0 {
         reasons.push(format!(
@@ -1075,6 +1091,64 @@ fn summarize(records: &[PlanRecord], to: KubeletVersion) -> Summary {
         would_restart_without_rewrite: without,
         would_restart_after_rewrite: after,
         sentence,
+    }
+}
+
+/// The target kubelet's admission of the node's pods ([`crate::admission`]): each pod it
+/// rejects is a `block` hazard, and its running containers restart whatever the rewrite does
+/// (the kubelet fails the pod and stops them). Without a Node object, a `warn` says admission
+/// went unpredicted.
+fn admit(
+    plan: &mut Plan,
+    pods: &PodIndex<'_>,
+    node: Option<&crate::admission::NodeObject>,
+    to: KubeletVersion,
+) {
+    use crate::admission;
+    let Some(node) = node else {
+        let h = Hazard::warn(
+            admission::UNKNOWN,
+            format!(
+                "no Node object (the pods came from a file and no --node was given): whether kubelet {to} admits every pod again at its start (node labels against nodeSelector and affinity, requests against allocatable, host ports, taints) is not predicted"
+            ),
+        );
+        plan.warnings.push(h.message.clone());
+        plan.hazards.push(h);
+        return;
+    };
+    let raws: Vec<&[u8]> = pods.pods.iter().map(|p| p.raw).collect();
+    let verdict = admission::predict(&raws, node, to);
+    let hazards = admission::hazards(&verdict, to, &node.metadata.name);
+    let rejected: HashMap<&str, &admission::Rejection> = verdict
+        .rejected
+        .iter()
+        .map(|r| (r.uid.as_str(), r))
+        .collect();
+    let mut changed = false;
+    for r in &mut plan.records {
+        let Some(why) = r.pod_uid.as_deref().and_then(|u| rejected.get(u)) else {
+            continue;
+        };
+        let running = r.state.map_or(r.pid.is_some_and(|p| p > 0), |s| {
+            s == ContainerState::Running
+        });
+        if r.kind != RecordClass::Container || !running || r.action == Action::Orphan {
+            continue;
+        }
+        r.would_restart_without_rewrite = true;
+        r.would_restart_after_rewrite = true;
+        r.reason = format!(
+            "{}; but kubelet {to} rejects the pod at admission ({}): the pod fails and this container stops",
+            r.reason, why.reason
+        );
+        changed = true;
+    }
+    if changed {
+        plan.summary = summarize(&plan.records, to);
+    }
+    for h in hazards {
+        plan.warnings.push(h.message.clone());
+        plan.hazards.push(h);
     }
 }
 

@@ -69,6 +69,9 @@ pub struct Pod<'a> {
     pub node_name: Option<String>,
     /// Init, regular and ephemeral containers.
     pub containers: Vec<PodContainer<'a>>,
+    /// The pod exactly as served: what the admission prediction reads its scheduling
+    /// constraints and requests from ([`crate::admission`]).
+    pub raw: &'a [u8],
 }
 
 /// What pod status says about one runtime container id.
@@ -326,6 +329,7 @@ impl<'a> PodIndex<'a> {
                 .filter(|s| !s.is_empty())
                 .map(str::to_string),
             containers,
+            raw: item.raw,
         });
         Ok(())
     }

@@ -1156,3 +1156,140 @@ fn the_version_skew_policy_blocks_a_kubelet_newer_than_the_api_server_or_too_far
         vec![("kubelet-too-old-for-apiserver".to_string(), block)]
     );
 }
+
+// ---- the target kubelet's admission (issue 52) ----------------------------------------------
+
+/// The Node object of the pods' node: its name from the pods file, the labels `labels`, room
+/// for every pod.
+fn node_object(pods: &Value, labels: Value) -> rehash::admission::NodeObject {
+    let name = pods["items"][0]["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or("node");
+    let node = json!({
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250", "ephemeral-storage": "1Ti"}}
+    });
+    rehash::admission::NodeObject::parse(&serde_json::to_vec(&node).unwrap()).unwrap()
+}
+
+#[test]
+fn a_pod_whose_node_selector_the_node_no_longer_matches_is_planned_to_restart_and_blocks() {
+    let n = node("containerd-1.7");
+    let mut pods = pods_of(&n);
+    let (i, uid) = rewritten_pod(&n, &pods, "1.31");
+    pods["items"][i]["spec"]["nodeSelector"] = json!({"disktype": "ssd"});
+    let name = format!(
+        "{}/{}",
+        pods["items"][i]["metadata"]["namespace"].as_str().unwrap(),
+        pods["items"][i]["metadata"]["name"].as_str().unwrap()
+    );
+    let with = |labels: Value| NodeFiles {
+        node_object: Some(node_object(&pods, labels)),
+        ..NodeFiles::default()
+    };
+
+    // the label is still there: nothing is rejected, the plan is the plan without a Node
+    let kept = plan_with(&n, &pods, "1.31", &with(json!({"disktype": "ssd"})));
+    let blind = plan_with(&n, &pods, "1.31", &NodeFiles::default());
+    assert!(
+        !kept
+            .hazards
+            .iter()
+            .any(|h| h.code.starts_with("kubelet-rejects")),
+        "a pod that still fits is never flagged: {:?}",
+        kept.hazards
+    );
+    assert_eq!(
+        kept.summary.would_restart_after_rewrite, blind.summary.would_restart_after_rewrite,
+        "admission that admits every pod changes no container's fate"
+    );
+    assert!(
+        blind
+            .hazards
+            .iter()
+            .any(|h| h.code == "admission-not-predicted" && h.severity == rehash::Severity::Warn),
+        "without a Node object the plan says admission was not predicted"
+    );
+    assert!(
+        !kept
+            .hazards
+            .iter()
+            .any(|h| h.code == "admission-not-predicted"),
+        "with one it does not"
+    );
+
+    // the label is gone: exactly that pod is rejected, and its running containers restart
+    let plan = plan_with(&n, &pods, "1.31", &with(json!({})));
+    let rejected: Vec<&rehash::Hazard> = plan
+        .hazards
+        .iter()
+        .filter(|h| h.code == "kubelet-rejects-pod-at-admission")
+        .collect();
+    assert_eq!(rejected.len(), 1, "one pod is rejected: {rejected:?}");
+    assert_eq!(
+        rejected[0].severity,
+        rehash::Severity::Block,
+        "a rejection blocks"
+    );
+    assert!(
+        rejected[0].message.contains(&format!("pod {name}:"))
+            && rejected[0].message.contains(
+                "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+            ),
+        "the hazard names the pod and kubelet 1.31's own words: {}",
+        rejected[0].message
+    );
+    for (r, b) in plan.records.iter().zip(&blind.records) {
+        let ours = r.pod_uid.as_deref() == Some(uid.as_str());
+        if ours && b.would_restart_without_rewrite {
+            assert!(
+                r.would_restart_after_rewrite && r.reason.contains("rejects the pod at admission"),
+                "{}: a running container of the rejected pod restarts",
+                r.id
+            );
+        } else {
+            assert_eq!(
+                r.would_restart_after_rewrite, b.would_restart_after_rewrite,
+                "{}: every other container keeps its fate",
+                r.id
+            );
+        }
+        assert_eq!(
+            r.action, b.action,
+            "{}: the rewrite itself is unchanged",
+            r.id
+        );
+    }
+    assert!(
+        plan.summary.would_restart_after_rewrite > blind.summary.would_restart_after_rewrite
+            && plan.summary.sentence.contains("rejects at admission"),
+        "the summary counts and says them: {}",
+        plan.summary.sentence
+    );
+
+    // patch refuses it, and goes on with --accept-restarts
+    let store = n.location.open().unwrap();
+    let before = snapshot(&n.dir);
+    let e = rehash::patch(
+        &plan,
+        store.as_ref(),
+        &n.backup("bk-refused"),
+        &rehash::Silent,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, rehash::Error::Blocked(_))
+            && e.to_string().contains("kubelet-rejects-pod-at-admission"),
+        "a rejected pod refuses the patch: {e}"
+    );
+    assert!(
+        snapshot(&n.dir) == before,
+        "a refused patch changed nothing"
+    );
+    let mut opts = n.backup("bk");
+    opts.accept_restarts = true;
+    let done = rehash::patch(&plan, store.as_ref(), &opts, &rehash::Silent)
+        .expect("--accept-restarts goes on knowing");
+    assert!(done.changed > 0, "the other containers are rewritten");
+}

@@ -1193,3 +1193,57 @@ fn the_kubelet_flags_must_be_rewritable_or_left_to_the_operator() {
         "the given file is untouched"
     );
 }
+
+#[test]
+fn a_pod_the_new_kubelet_rejects_at_admission_refuses_the_upgrade_unless_restarts_are_accepted() {
+    // pod i selects a label the Node does not have: kubelet 1.31 rejects it when it starts
+    let mut s = setup("containerd-1.7", "1.31");
+    let mut pods: serde_json::Value = serde_json::from_slice(&s.pods).unwrap();
+    let item = &mut pods["items"][0];
+    item["spec"]["nodeSelector"] = serde_json::json!({"disktype": "ssd"});
+    let name = format!(
+        "{}/{}",
+        item["metadata"]["namespace"].as_str().unwrap(),
+        item["metadata"]["name"].as_str().unwrap()
+    );
+    s.pods = serde_json::to_vec(&pods).unwrap();
+    let node_name = pods["items"][0]["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or("node");
+    let node = serde_json::json!({
+        "kind": "Node",
+        "metadata": {"name": node_name, "labels": {}},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250", "ephemeral-storage": "1Ti"}}
+    });
+    let with_node = |opts: &mut UpgradeOptions| {
+        opts.node_files.node_object = Some(
+            rehash::admission::NodeObject::parse(&serde_json::to_vec(&node).unwrap()).unwrap(),
+        );
+    };
+
+    let before = snapshot(&s);
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    let mut opts = options(&s, interrupt);
+    with_node(&mut opts);
+    opts.accept_restarts = false;
+    let r = rehash::upgrade(&opts, &fake).unwrap();
+    assert!(
+        matches!(&r.result, UpgradeResult::Refused(w) if w.contains("[kubelet-rejects-pod-at-admission]") && w.contains(&name)),
+        "without --accept-restarts a rejected pod refuses the upgrade, naming it: {:?}",
+        r.result
+    );
+    assert!(fake.calls.borrow().is_empty(), "nothing stopped");
+    assert_same(&before, &s, "a rejected pod without --accept-restarts");
+
+    let interrupt = flag();
+    let fake = FakeNode::new(interrupt);
+    let mut opts = options(&s, interrupt);
+    with_node(&mut opts);
+    let r = rehash::upgrade(&opts, &fake).unwrap();
+    assert!(
+        matches!(&r.result, UpgradeResult::Done),
+        "--accept-restarts goes through the window knowing: {:?}",
+        r.result
+    );
+}

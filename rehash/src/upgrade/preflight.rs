@@ -90,6 +90,9 @@ impl Run<'_> {
             .iter()
             .filter(|h| h.severity == Severity::Block || h.code == CRI_DOCKERD_MISSING)
             .filter(|h| !(self.opts.set_aside_checkpoints && h.code == "checkpoint-rejected"))
+            // a pod the new kubelet rejects restarts like any container the plan counts:
+            // --accept-restarts accepts both
+            .filter(|h| !(self.opts.accept_restarts && h.code == crate::admission::REJECTED))
             // the window stops cri-dockerd with the runtime; the patch step's plan, made with
             // both stopped, refuses if it still answers
             .filter(|h| h.code != CRI_DOCKERD_RUNNING)

@@ -232,6 +232,7 @@ impl Run<'_> {
             ..BackupOptions::new(self.store_backup_dir())
         };
         backup.set_aside_checkpoints = self.opts.set_aside_checkpoints;
+        backup.accept_restarts = self.opts.accept_restarts;
         self.state.done.patch_started = true;
         self.save();
         let done = crate::patch::patch(&plan, self.store, &backup, &crate::progress::Silent)?;

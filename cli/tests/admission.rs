@@ -1,0 +1,209 @@
+//! `plan --node FILE` (issue 52): the target kubelet's admission of the node's pods, predicted
+//! against a Node object, through the binary. A pod whose nodeSelector the Node's labels no
+//! longer match is named by a block hazard and its running containers are planned to restart;
+//! `patch` refuses it (exit 3) and goes on with `--accept-restarts`; a pod that still fits is
+//! never flagged.
+
+mod rel_common;
+mod under_test;
+
+use rel_common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+const REJECTED: &str = "kubelet-rejects-pod-at-admission";
+
+fn json_of(run: &Run) -> Value {
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("-o json prints a report ({e}): {}", run.stderr))
+}
+
+/// `kubectl get node NAME -o json` for the pods' node, with `labels`, room for every pod.
+fn write_node(dir: &Path, pods: &Value, labels: Value) -> PathBuf {
+    let name = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|p| p["spec"]["nodeName"].as_str())
+        .unwrap_or("node");
+    let node = json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "250", "ephemeral-storage": "1Ti"}}
+    });
+    let p = dir.join("node.json");
+    std::fs::write(&p, serde_json::to_vec(&node).unwrap()).unwrap();
+    p
+}
+
+fn plan_with_node(n: &Node, to: &str, node: &Path, extra: &[&str]) -> Run {
+    Run::from(
+        n.cmd("plan")
+            .args(["--to", to, "-o", "json", "--node"])
+            .arg(node)
+            .args(extra)
+            .output()
+            .unwrap(),
+    )
+}
+
+fn hazards(report: &Value, code: &str) -> Vec<Value> {
+    report["hazards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["code"] == code)
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn plan_with_a_node_names_the_pod_the_target_kubelet_rejects_and_patch_needs_accept_restarts() {
+    let n = small("containerd-1.7");
+    let to = n.last_target();
+    let blind = n.plan(&to);
+    assert!(blind.ok(), "the plan without a Node runs: {}", blind.stderr);
+    let blind = json_of(&blind);
+    assert!(
+        !hazards(&blind, "admission-not-predicted").is_empty(),
+        "without --node the plan says admission was not predicted"
+    );
+    // a running container the plan keeps by its rewrite, and its pod
+    let kept = blind["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["action"] == "rewrite"
+                && r["would_restart_without_rewrite"] == true
+                && r["would_restart_after_rewrite"] == false
+        })
+        .expect("a container kept by its rewrite")
+        .clone();
+    let uid = kept["pod_uid"].as_str().unwrap().to_string();
+    let mut pods: Value = serde_json::from_slice(&std::fs::read(n.pods()).unwrap()).unwrap();
+    let pod = pods["items"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|p| p["metadata"]["uid"] == uid.as_str())
+        .expect("the container's pod");
+    pod["spec"]["nodeSelector"] = json!({"disktype": "ssd"});
+    let name = format!(
+        "{}/{}",
+        pod["metadata"]["namespace"].as_str().unwrap(),
+        pod["metadata"]["name"].as_str().unwrap()
+    );
+    std::fs::write(n.pods(), serde_json::to_vec(&pods).unwrap()).unwrap();
+
+    // the label is there: nothing rejected, the same fates as without a Node
+    let node = write_node(&n.dir, &pods, json!({"disktype": "ssd"}));
+    let fits = plan_with_node(&n, &to, &node, &[]);
+    assert_eq!(
+        fits.code,
+        blind_code(&n, &to),
+        "a Node every pod fits changes no exit code: {}",
+        fits.stderr
+    );
+    let fits = json_of(&fits);
+    assert!(
+        hazards(&fits, REJECTED).is_empty(),
+        "a pod that still fits is never flagged: {:?}",
+        hazards(&fits, REJECTED)
+    );
+    assert!(
+        hazards(&fits, "admission-not-predicted").is_empty(),
+        "with --node admission is predicted"
+    );
+    assert_eq!(
+        fits["summary"]["would_restart_after_rewrite"],
+        blind["summary"]["would_restart_after_rewrite"],
+        "the same restarts"
+    );
+
+    // the label is gone: that pod alone is rejected, its containers restart, exit 4
+    let node = write_node(&n.dir, &pods, json!({}));
+    let run = plan_with_node(&n, &to, &node, &[]);
+    assert_eq!(
+        run.code,
+        Some(4),
+        "some containers restart: exit 4: {}",
+        run.stderr
+    );
+    let report = json_of(&run);
+    let rejected = hazards(&report, REJECTED);
+    assert_eq!(rejected.len(), 1, "one pod is rejected: {rejected:?}");
+    assert_eq!(rejected[0]["severity"], "block", "a rejection blocks");
+    let msg = rejected[0]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("pod {name}:")) && msg.contains("node affinity/selector"),
+        "the hazard names the pod and the kubelet's reason: {msg}"
+    );
+    let record = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == kept["id"])
+        .unwrap();
+    assert_eq!(
+        record["would_restart_after_rewrite"], true,
+        "the rejected pod's running container restarts"
+    );
+
+    // patch refuses (exit 3, nothing written), and goes on with --accept-restarts
+    let before = n.capture();
+    let bk = n.dir.join("bk-refused");
+    let refused = Run::from(
+        n.patch_cmd(&to, &bk)
+            .arg("--node")
+            .arg(&node)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(
+        refused.code,
+        Some(3),
+        "a rejected pod refuses the patch: {}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains(REJECTED),
+        "the refusal names the hazard: {}",
+        refused.stderr
+    );
+    assert!(n.capture() == before, "a refused patch changed nothing");
+    let bk = n.dir.join("bk");
+    let done = Run::from(
+        n.patch_cmd(&to, &bk)
+            .arg("--node")
+            .arg(&node)
+            .arg("--accept-restarts")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(
+        done.code,
+        Some(4),
+        "--accept-restarts patches and says restarts remain: {}",
+        done.stderr
+    );
+}
+
+fn blind_code(n: &Node, to: &str) -> Option<i32> {
+    n.plan(to).code
+}
+
+#[test]
+fn a_node_file_that_is_not_a_node_is_a_usage_error() {
+    let n = small("containerd-1.7");
+    let bad = n.dir.join("node.json");
+    std::fs::write(&bad, br#"{"kind":"Pod","metadata":{"name":"x"}}"#).unwrap();
+    let run = plan_with_node(&n, &n.last_target(), &bad, &[]);
+    assert_eq!(run.code, Some(2), "exit 2: {}", run.stderr);
+    assert!(
+        run.stderr.contains("not a Node"),
+        "says why: {}",
+        run.stderr
+    );
+}
