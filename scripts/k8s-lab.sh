@@ -931,9 +931,11 @@ EOF
     wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
     log "kube-apiserver $cp_version"
-    # before 1.20 the audiences do not default to the issuer: the three flags go together
+    # before 1.20 the audiences do not default to the issuer: the three flags go together; and
+    # the insecure port defaults to 127.0.0.1:8080, which a second such lab cannot bind ("Stopped
+    # listening on 127.0.0.1:8080", then its usage): off, as kubeadm set it
     local api_audiences=""
-    [ "$(minor_of "$cp_version")" -ge 20 ] || api_audiences="--api-audiences=https://kubernetes.default.svc"
+    [ "$(minor_of "$cp_version")" -ge 20 ] || api_audiences="--api-audiences=https://kubernetes.default.svc --insecure-port=0"
     spawn apiserver "$dir/bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
         --bind-address 127.0.0.1 --secure-port "$api_port" --advertise-address "$node_ip" \
         --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
@@ -946,15 +948,19 @@ EOF
     wait_for kube-apiserver 120 "$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get --raw /readyz
 
     log "kube-controller-manager, kube-scheduler"
+    # (before 1.24 both also serve an insecure port, 10252 and 10251 by default: off, as for the
+    # API server, so that two labs of those versions can run at once)
+    local insecure_off=""
+    [ "$(minor_of "$cp_version")" -ge 24 ] || insecure_off="--port=0"
     spawn controller-manager "$dir/bin/kube-controller-manager" --kubeconfig "$dir/controller-manager.conf" \
         --authentication-kubeconfig "$dir/controller-manager.conf" --authorization-kubeconfig "$dir/controller-manager.conf" \
         --bind-address 127.0.0.1 --secure-port "$cm_port" --leader-elect=false \
         --service-account-private-key-file "$dir/pki/sa.key" --root-ca-file "$dir/pki/ca.crt" \
         --use-service-account-credentials=true --cluster-signing-cert-file "$dir/pki/ca.crt" \
-        --cluster-signing-key-file "$dir/pki/ca.key" --controllers '*,bootstrapsigner,tokencleaner'
+        --cluster-signing-key-file "$dir/pki/ca.key" --controllers '*,bootstrapsigner,tokencleaner' $insecure_off
     spawn scheduler "$dir/bin/kube-scheduler" --kubeconfig "$dir/scheduler.conf" \
         --authentication-kubeconfig "$dir/scheduler.conf" --authorization-kubeconfig "$dir/scheduler.conf" \
-        --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false
+        --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false $insecure_off
 
     log "$runtime (${ctr_bin:-${crio_dir:-$docker_bin}}), CNI bridge $bridge ($pod_subnet)"
     # kubelet 1.15's libcni (0.6) takes results up to 0.3.1 ("unsupported CNI result version
