@@ -1,0 +1,414 @@
+#!/usr/bin/env bash
+# Builds a Kubernetes release from before Go modules (1.14 and older: no go.mod, a Godeps.json
+# and a vendor/ tree that the module zip does not carry) in GOPATH mode, from what the Go module
+# proxy serves:
+#
+#   k8s-gopath-build.sh VERSION OUTDIR [--kubelet-only]
+#
+#   VERSION  a full release, 1.14.10
+#   OUTDIR   where kubelet (and kube-apiserver, kube-controller-manager, kube-scheduler,
+#            kubectl without --kubelet-only) and BUILD-INFO go
+#
+# How: k8s.io/kubernetes@vVERSION from the proxy is copied into a GOPATH
+# ($KUBELET_REHASH_CACHE/gopath-build/VERSION/gopath/src/k8s.io/kubernetes); its vendor/ is
+# filled from Godeps/Godeps.json: each repository it names is downloaded at the Godeps revision
+# (the proxy resolves a commit to a pseudo-version) and the listed packages are copied in;
+# vendor/k8s.io/<staging repo> are symlinks to staging/src/k8s.io/<repo>, as in Kubernetes' git
+# tree. vbom.ml/util, which the proxy refuses, is third_party/vbom-util (its README). For the
+# control plane, pkg/generated/openapi/zz_generated.openapi.go (never committed) is generated
+# with the vendored openapi-gen over the packages build/root/Makefile.generated_files picks.
+# The Go is the newest patch of the minor the release was built with
+# (build/build-image/cross/VERSION), from the proxy's golang.org/toolchain module, unpacked
+# into $cache/go/ (as scripts/k8s-lab.sh's era_go_bin does); $GOPATH_BUILD_GO=goX.Y.Z overrides.
+# Built with cgo and with the in-tree cloud providers (these releases know no providerless tag).
+# Idempotent: binaries that already report VERSION are kept. One build of a version at a time.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${KUBELET_REHASH_CACHE:-/var/cache/kubelet-rehash}"
+
+log() { echo "k8s-gopath-build: $*" >&2; }
+die() { echo "k8s-gopath-build: error: $*" >&2; exit 1; }
+
+usage() { echo "usage: $0 VERSION OUTDIR [--kubelet-only]   (VERSION: 1.14.10)" >&2; exit 2; }
+
+full="" out="" only=0
+for a in "$@"; do
+    case "$a" in
+        --kubelet-only) only=1 ;;
+        -h|--help) usage ;;
+        -*) echo "unknown option: $a" >&2; usage ;;
+        *) if [ -z "$full" ]; then full="${a#v}"; elif [ -z "$out" ]; then out="$a"; else usage; fi ;;
+    esac
+done
+[ -n "$full" ] && [ -n "$out" ] || usage
+[[ "$full" =~ ^1\.([0-9]+)\.[0-9]+$ ]] || die "not a full version: $full (1.14.10)"
+minor="${BASH_REMATCH[1]}"
+[ "$minor" -le 14 ] || die "$full has a go.mod (1.15+): build it with scripts/k8s-lab.sh build"
+command -v jq >/dev/null || die "needs jq"
+command -v python3 >/dev/null || die "needs python3"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+
+bins="kubelet"
+[ "$only" = 1 ] || bins="kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl"
+
+stamped() { # binary version: built, and says it is that version
+    [ -x "$1" ] || return 1
+    if [ "${1##*/}" = kubectl ]; then
+        "$1" version --client -o json 2>/dev/null | grep -q "\"gitVersion\": \"v$2\""
+    else
+        "$1" --version 2>/dev/null | grep -q "v$2\$"
+    fi
+}
+all_stamped() {
+    local b
+    for b in $bins; do stamped "$out/$b" "$full" || return 1; done
+}
+if all_stamped; then log "$full: cached in $out ($bins)"; echo "$out"; exit 0; fi
+
+work="$cache/gopath-build/$full"
+mkdir -p "$work"
+exec {lock_fd}>"$work.lock"
+if ! flock -n "$lock_fd"; then
+    log "$full: another build of it is running; waiting for it"
+    flock "$lock_fd"
+    if all_stamped; then log "$full: cached in $out ($bins)"; echo "$out"; exit 0; fi
+fi
+
+# ---- Go ------------------------------------------------------------------------------------------
+
+go_bin() { # goX.Y.Z -> its bin/go, unpacked from the proxy's golang.org/toolchain module
+    local v="$1" dir="$cache/go/$1" mod
+    if [ ! -x "$dir/bin/go" ]; then
+        log "$v: downloading golang.org/toolchain@v0.0.1-$v"
+        mod="$(cd / && go mod download -json "golang.org/toolchain@v0.0.1-$v.linux-$(go env GOHOSTARCH)" | jq -r '.Dir // empty')"
+        [ -n "$mod" ] || die "the Go module proxy refuses golang.org/toolchain@v0.0.1-$v.linux-$(go env GOHOSTARCH)"
+        # a copy: the module cache is read-only and keeps no execute bits
+        rm -rf "$dir.tmp"
+        mkdir -p "$cache/go"
+        cp -r "$mod" "$dir.tmp"
+        chmod -R u+w "$dir.tmp"
+        chmod +x "$dir.tmp"/bin/* "$dir.tmp"/pkg/tool/*/*
+        mv "$dir.tmp" "$dir"
+    fi
+    echo "$dir/bin/go"
+}
+
+# ---- the source ----------------------------------------------------------------------------------
+
+log "$full: k8s.io/kubernetes@v$full from the Go module proxy"
+src="$(cd / && go mod download -json "k8s.io/kubernetes@v$full" | jq -r '.Dir // empty')" || true
+[ -n "$src" ] || die "the Go module proxy refuses k8s.io/kubernetes@v$full: $(cd / && go mod download "k8s.io/kubernetes@v$full" 2>&1 | tail -1)"
+[ -f "$src/Godeps/Godeps.json" ] || die "$src has no Godeps/Godeps.json"
+[ ! -f "$src/go.mod" ] || die "$full has a go.mod: build it with scripts/k8s-lab.sh"
+
+ego="${GOPATH_BUILD_GO:-}"
+if [ -z "$ego" ]; then
+    rel="$(sed -E 's/^v?([0-9]+\.[0-9]+).*/\1/' "$src/build/build-image/cross/VERSION")" # v1.12.12-1 -> 1.12
+    case "$rel" in
+        1.12) ego=go1.12.17 ;;
+        1.11) ego=go1.11.13 ;;
+        1.10) ego=go1.10.8 ;;
+        1.9) ego=go1.9.7 ;;
+        *) die "$full was released with Go $rel: no Go chosen for it (set GOPATH_BUILD_GO=goX.Y.Z)" ;;
+    esac
+fi
+gobin="$(go_bin "$ego")"
+gopath="$work/gopath"
+k="$gopath/src/k8s.io/kubernetes"
+# the build's environment (the go on PATH stays today's: it talks to the module proxy)
+genv=(env GOPATH="$gopath" GO111MODULE=off GOFLAGS= GOENV=off GOTOOLCHAIN=local GOROOT="$(dirname "$(dirname "$gobin")")"
+    GOCACHE="$work/gocache" PATH="$(dirname "$gobin"):$PATH")
+gover="$("${genv[@]}" "$gobin" version | awk '{print $3}')"
+
+if [ ! -f "$work/tree.ok" ]; then
+    log "$full: copying the module into $k"
+    rm -rf "$k" "$work/vendor.ok" "$work/openapi.ok"
+    mkdir -p "$(dirname "$k")"
+    cp -r "$src" "$k"
+    chmod -R u+w "$k"
+    touch "$work/tree.ok"
+fi
+
+# ---- vendor/ from Godeps.json --------------------------------------------------------------------
+
+# Godeps.json -> "importpath root rev comment" lines, the root being the repository (module) it
+# is in, the comment Godeps' `git describe --tags` of the revision ("-" when none)
+python3 - "$src/Godeps/Godeps.json" > "$work/godeps.txt" <<'EOF'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+for dep in d["Deps"]:
+    p = dep["ImportPath"]; s = p.split("/")
+    h = s[0]
+    if h in ("github.com", "bitbucket.org", "golang.org", "gonum.org", "gitlab.com"):
+        n = 3
+    elif h == "gopkg.in":
+        n = 2 if re.search(r"\.v\d+$", s[1]) else 3
+    else:  # k8s.io, sigs.k8s.io, go.uber.org, google.golang.org, cloud.google.com, vbom.ml, go4.org
+        n = 2
+    print(p, "/".join(s[:n]), dep["Rev"], dep.get("Comment", "").replace(" ", "_") or "-")
+EOF
+# The proxy refuses a bare commit (".../@v/<hash>.info: 403 Forbidden: This module version is not
+# available"): it serves versions it already knows. A Godeps revision is had as
+#  1. the pseudo-version of that commit, where any go.mod or go.sum in the module cache names one
+#     (Kubernetes 1.15.0's go.mod, converted from these Godeps files, names many; it is
+#     downloaded first for that);
+#  2. the tag Godeps' comment names when the revision is exactly a tag (v1.1.0, not v1.1.0-3-gabc);
+#  3. the module's @latest, when that is a pseudo-version of the commit (a repository with no
+#     commit since);
+#  4. else a SUBSTITUTE (written to BUILD-INFO): the version Kubernetes 1.15.0's go.mod builds
+#     with, else the module's @latest; a substitute is vendored whole (its packages differ from
+#     the ones Godeps.json lists), and imports it has that nothing vendors are added at the
+#     version Kubernetes 1.15.0 builds with (build_kube below).
+(cd / && go mod download k8s.io/kubernetes@v1.15.0) >/dev/null 2>&1 || log "note: k8s.io/kubernetes@v1.15.0 (a source of pseudo-versions and substitutes) is refused"
+k115="$(go env GOMODCACHE)/k8s.io/kubernetes@v1.15.0/go.mod"
+index_pseudo() {
+    local m
+    m="$(go env GOMODCACHE)"
+    { find "$m/cache/download" -name '*.mod' -size -200k 2>/dev/null
+      find "$m" -maxdepth 5 \( -name go.sum -o -name go.mod \) -path '*@*' 2>/dev/null
+    } | xargs grep -hoE '[a-zA-Z0-9._~/-]+ v[0-9]+\.[0-9]+\.[0-9]+-[0-9.a-z]*[0-9]{14}-[0-9a-f]{12}' 2>/dev/null \
+      | awk '{print $1, $2}' | LC_ALL=C sort -u
+}
+# Substitutes chosen by hand, where neither the revision nor the above builds:
+# "root rev-prefix version why"
+pinned() {
+    cat <<'PINS'
+github.com/ugorji/go bdcc60b419d1 v1.1.1 its codec's GenVersion is 8, as etcd's generated client code (coreos/etcd/client/keys.generated.go) requires; newer tags moved codec into a module of its own
+gonum.org/v1/gonum cebdade430cc v0.0.0-20180816165407-929014505bf4 its dot.Marshal still takes the strict argument pkg/controller/garbagecollector/dump.go passes (Kubernetes 1.15.0's gonum does not)
+PINS
+}
+export -f pinned
+fetch_one() { # root rev comment -> $work/dl/<root>@<rev>: "status version dir [error]" (status exact|substitute|refused)
+    local root="$1" rev="$2" comment="$3" f c cands=() v dir e="" tag
+    f="$work/dl/${root//\//_}@$rev"
+    # (a final answer is kept; a refusal is asked again on the next run)
+    if [ -s "$f" ] && ! grep -q '^refused' "$f"; then return 0; fi
+    mapfile -t cands < <(awk -v r="$root" -v h="${rev:0:12}" '$1 == r && $2 ~ ("-" h "$") {print $2}' "$work/pseudo-index.txt")
+    if [[ "$comment" =~ ^v?([0-9]+)(\.[0-9]+)?(\.[0-9]+)?$ ]]; then
+        tag="v${BASH_REMATCH[1]}${BASH_REMATCH[2]:-.0}${BASH_REMATCH[3]:-.0}"
+        cands+=("$tag" "$tag+incompatible")
+    elif [[ "$comment" =~ ^v?[0-9]+\.[0-9]+\.[0-9]+-[0-9A-Za-z.-]+$ ]] && ! [[ "$comment" =~ -[0-9]+-g[0-9a-f]+$ ]]; then
+        # a pre-release tag (v1.3.1-coreos.6), not `git describe`'s tag-N-gHASH
+        tag="v${comment#v}"
+        cands+=("$tag" "$tag+incompatible")
+    fi
+    for c in "${cands[@]}"; do
+        v="$(cd / && go mod download -json "$root@$c" 2>/dev/null)" || true
+        dir="$(jq -r '.Dir // empty' <<<"$v" 2>/dev/null || true)"
+        if [ -n "$dir" ]; then echo "exact $(jq -r .Version <<<"$v") $dir" > "$f"; return 0; fi
+        e="$e; $c: $(jq -r '.Error // empty' <<<"$v" 2>/dev/null | head -1)"
+    done
+    # the error for the commit itself, as the proxy words it
+    e="$( (cd / && go mod download -json "$root@$rev") 2>/dev/null | jq -r '.Error // empty' | tr '\n' ' ')$e"
+    local latest
+    latest="$(cd / && go list -m -json "$root@latest" 2>/dev/null | jq -r '.Version // empty')" || true
+    if [[ "$latest" == *-"${rev:0:12}" ]]; then
+        dir="$(cd / && go mod download -json "$root@$latest" 2>/dev/null | jq -r '.Dir // empty')" || true
+        if [ -n "$dir" ]; then echo "exact $latest $dir" > "$f"; return 0; fi
+    fi
+    local why
+    read -r c why < <(pinned | awk -v r="$root" -v h="$rev" '$1 == r && index(h, $2) == 1 {$1 = ""; $2 = ""; print substr($0, 3)}')
+    if [ -n "$c" ]; then
+        dir="$(cd / && go mod download -json "$root@$c" 2>/dev/null | jq -r '.Dir // empty')" || true
+        if [ -n "$dir" ]; then echo "pinned $c $dir $why; the revision: $e" > "$f"; return 0; fi
+        e="$e; $c (pinned): refused"
+    fi
+    # substitute: the version Kubernetes 1.15.0 builds with (its replace block, else its require)
+    c="$(awk -v r="$root" '$1 == r && $2 == "=>" && $3 == r {print $4; exit}' "$k115" 2>/dev/null)"
+    [ -n "$c" ] || c="$(awk -v r="$root" '($1 == r || $1 == "require" && $2 == r) && $0 !~ /=>/ {print ($1 == "require" ? $3 : $2); exit}' "$k115" 2>/dev/null)"
+    if [ -n "$c" ]; then
+        v="$(cd / && go mod download -json "$root@$c" 2>/dev/null)" || true
+        dir="$(jq -r '.Dir // empty' <<<"$v" 2>/dev/null || true)"
+        if [ -n "$dir" ]; then echo "substitute $c $dir $e" > "$f"; return 0; fi
+        e="$e; $c (1.15.0's): $(jq -r '.Error // empty' <<<"$v" | head -1)"
+    fi
+    if [ -n "$latest" ]; then
+        dir="$(cd / && go mod download -json "$root@$latest" 2>/dev/null | jq -r '.Dir // empty')" || true
+        if [ -n "$dir" ]; then echo "newest $latest $dir $e" > "$f"; return 0; fi
+    fi
+    echo "refused - - $e" > "$f"
+}
+export -f fetch_one
+export work k115
+
+vendor_whole() { # root dir: the module's tree into vendor/root (its vendor/ and testdata/ left out)
+    local v="${3:-$k/vendor.tmp}"
+    mkdir -p "$v/$1"
+    cp -r "$2/." "$v/$1/"
+    chmod -R u+w "$v/$1"
+    find "$v/$1" -mindepth 1 -type d \( -name vendor -o -name testdata \) -prune -exec rm -rf {} +
+}
+
+if [ ! -f "$work/vendor.ok" ]; then
+    index_pseudo > "$work/pseudo-index.txt"
+    mkdir -p "$work/dl"
+    log "$full: resolving $(awk '{print $2, $3}' "$work/godeps.txt" | sort -u | wc -l) repositories at their Godeps.json revisions (8 at a time)"
+    awk '{print $2, $3, $4}' "$work/godeps.txt" | sort -u | xargs -P 8 -n 3 bash -c 'fetch_one "$@"' _
+    # the vendor tree: the packages Godeps.json lists, each directory's files (not its subdirectories)
+    rm -rf "$k/vendor.tmp"
+    mkdir -p "$k/vendor.tmp"
+    : > "$work/missing.txt"
+    while read -r ip root rev comment; do
+        read -r status ver dir err < "$work/dl/${root//\//_}@$rev"
+        note="$root ${rev:0:12}$([ "$comment" = - ] || echo " ($comment)")"
+        if [ "$status" = refused ] && [ "$root" = vbom.ml/util ]; then
+            status=ours dir="$here/third_party/vbom-util"
+            grep -q "^$root " "$work/missing.txt" || echo "$note: refused by the proxy ($err); third_party/vbom-util (ours, sortorder.NaturalLess) used instead" >> "$work/missing.txt"
+        fi
+        case "$status" in
+            refused)
+                grep -q "^$root " "$work/missing.txt" || echo "$note: NOT AVAILABLE: $err" >> "$work/missing.txt"
+                continue ;;
+            substitute|newest|pinned)
+                if [ ! -d "$k/vendor.tmp/$root" ] || ! grep -q "^$root " "$work/missing.txt"; then
+                    if [ "$status" = pinned ]; then
+                        echo "$note: SUBSTITUTE $ver (chosen by hand: $err), vendored whole" >> "$work/missing.txt"
+                    elif [ "$status" = substitute ]; then
+                        echo "$note: SUBSTITUTE $ver (what Kubernetes 1.15.0 builds with), vendored whole; the revision: $err" >> "$work/missing.txt"
+                    else
+                        echo "$note: SUBSTITUTE $ver (the module's newest; Kubernetes 1.15.0 has none), vendored whole; the revision: $err" >> "$work/missing.txt"
+                    fi
+                    vendor_whole "$root" "$dir"
+                fi
+                continue ;;
+        esac
+        sub="${ip#"$root"}"
+        if [ ! -d "$dir$sub" ]; then
+            echo "$note: package $ip is not in $root@$ver" >> "$work/missing.txt"
+            continue
+        fi
+        mkdir -p "$k/vendor.tmp/$ip"
+        find "$dir$sub" -maxdepth 1 -type f -exec cp {} "$k/vendor.tmp/$ip/" \;
+        for l in LICENSE LICENSE.txt LICENSE.md COPYING NOTICE PATENTS; do
+            [ ! -f "$dir/$l" ] || [ -f "$k/vendor.tmp/$root/$l" ] || { mkdir -p "$k/vendor.tmp/$root"; cp "$dir/$l" "$k/vendor.tmp/$root/"; }
+        done
+    done < "$work/godeps.txt"
+    chmod -R u+w "$k/vendor.tmp"
+    # staging: vendor/k8s.io/<repo> -> ../../staging/src/k8s.io/<repo>, as in git
+    mkdir -p "$k/vendor.tmp/k8s.io"
+    for s in "$k"/staging/src/k8s.io/*/; do
+        s="$(basename "$s")"
+        [ ! -e "$k/vendor.tmp/k8s.io/$s" ] || die "vendor/k8s.io/$s is both in Godeps.json and in staging"
+        ln -s "../../staging/src/k8s.io/$s" "$k/vendor.tmp/k8s.io/$s"
+    done
+    cp "$src/vendor/BUILD" "$src/vendor/OWNERS" "$k/vendor.tmp/" 2>/dev/null || true
+    rm -rf "$k/vendor"
+    mv "$k/vendor.tmp" "$k/vendor"
+    # github.com/rancher/go-rancher is refused whole (".../@v/list: 403"): the kubelet's Rancher
+    # registry credential provider (pkg/credentialprovider/rancher, used only with RANCHER_URL
+    # set) is left out of the kubelet
+    if grep -q '^github.com/rancher/go-rancher .*NOT AVAILABLE' "$work/missing.txt" \
+        && grep -q '^\s*_ "k8s.io/kubernetes/pkg/credentialprovider/rancher"' "$k/cmd/kubelet/app/plugins.go"; then
+        sed -i '/^\s*_ "k8s.io\/kubernetes\/pkg\/credentialprovider\/rancher"/d' "$k/cmd/kubelet/app/plugins.go"
+        echo "  -> so cmd/kubelet/app/plugins.go no longer imports pkg/credentialprovider/rancher: the kubelet has no Rancher registry credential provider" >> "$work/missing.txt"
+    fi
+    touch "$work/vendor.ok"
+    log "$full: $(cat "$work"/dl/* | grep -c '^exact') of $(ls "$work"/dl | wc -l) repositories at their exact revision"
+    if [ -s "$work/missing.txt" ]; then
+        log "$full: dependencies not had at their Godeps.json revision:"
+        sed 's/^/  /' "$work/missing.txt" >&2
+    fi
+fi
+
+# ---- the OpenAPI definitions ---------------------------------------------------------------------
+
+openapi_gen() {
+    local t0=$SECONDS dirs
+    log "$full: generating pkg/generated/openapi (openapi-gen, $gover)"
+    (cd "$k" && "${genv[@]}" nice -n 10 "$gobin" build -o "$work/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen) > "$work/openapi.log" 2>&1 \
+        || { tail -20 "$work/openapi.log" >&2; die "$full: openapi-gen does not build ($work/openapi.log)"; }
+    # Makefile.generated_files: every directory but ./vendor, ./_*, ./.*, ./docs with a Go file
+    # tagged `// +k8s:` and `+k8s:openapi-gen=` in it, staging/src named vendor
+    dirs="$(cd "$k" && find -H . -not \( \( -path ./vendor -o -path './_*' -o -path './.*' -o -path ./docs \) -prune \) -type f -name '*.go' \
+        | xargs grep -l '^// *+k8s:' | xargs grep -l '+k8s:openapi-gen=' | xargs -n1 dirname | sed 's|^\./staging/src|vendor|; s|^\./||' \
+        | LC_ALL=C sort -u | sed 's|^|k8s.io/kubernetes/|' | paste -sd,)"
+    [ "$(tr ',' '\n' <<<"$dirs" | wc -l)" -gt 10 ] || die "$full: too few packages tagged +k8s:openapi-gen found"
+    (cd "$k" && "${genv[@]}" nice -n 10 "$work/openapi-gen" --logtostderr -i "$dirs" -p k8s.io/kubernetes/pkg/generated/openapi \
+        -O zz_generated.openapi -h vendor/k8s.io/code-generator/hack/boilerplate.go.txt \
+        -r "$work/openapi-violations.report") >> "$work/openapi.log" 2>&1 \
+        || { tail -20 "$work/openapi.log" >&2; die "$full: openapi-gen failed ($work/openapi.log)"; }
+    [ -s "$k/pkg/generated/openapi/zz_generated.openapi.go" ] || die "$full: openapi-gen wrote no pkg/generated/openapi/zz_generated.openapi.go"
+    if [ -f "$k/api/api-rules/violation_exceptions.list" ] && ! diff -q "$work/openapi-violations.report" "$k/api/api-rules/violation_exceptions.list" >/dev/null; then
+        log "$full: note: openapi-gen's API rule violations differ from api/api-rules/violation_exceptions.list ($work/openapi-violations.report)"
+    fi
+    log "$full: OpenAPI definitions of $(tr ',' '\n' <<<"$dirs" | wc -l) packages generated in $((SECONDS - t0)) s"
+    touch "$work/openapi.ok"
+}
+if [ "$only" = 0 ] && [ ! -f "$k/pkg/generated/openapi/zz_generated.openapi.go" -o ! -f "$work/openapi.ok" ]; then
+    openapi_gen
+fi
+
+# ---- the build -----------------------------------------------------------------------------------
+
+ldflags=""
+for pkg in k8s.io/kubernetes/pkg/version k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version; do
+    ldflags="$ldflags -X $pkg.gitVersion=v$full -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+pkgs=()
+for b in $bins; do pkgs+=("./cmd/$b"); done
+repo_root() { # import path -> its repository root (as for Godeps.json above)
+    local IFS=/ s
+    read -ra s <<<"$1"
+    case "${s[0]}" in
+        github.com|bitbucket.org|golang.org|gonum.org|gitlab.com) echo "${s[0]}/${s[1]}/${s[2]}" ;;
+        gopkg.in) if [[ "${s[1]}" =~ \.v[0-9]+$ ]]; then echo "${s[0]}/${s[1]}"; else echo "${s[0]}/${s[1]}/${s[2]}"; fi ;;
+        *) echo "${s[0]}/${s[1]}" ;;
+    esac
+}
+add_missing() { # build log -> 0 when a package it could not find was added to vendor/
+    local ip root c dir added=1
+    for ip in $(grep -o 'cannot find package "[^"]*"' "$1" | cut -d'"' -f2 | sort -u); do
+        [ ! -d "$k/vendor/$ip" ] || continue
+        root="$(repo_root "$ip")"
+        if [ -d "$k/vendor/$root" ] && grep -q "^$root .*SUBSTITUTE\|^$root: ADDED" "$work/missing.txt"; then
+            continue # vendored whole: the package is not in that version
+        fi
+        # a repository Godeps.json has at its revision, but not this package of it
+        dir="$(cat "$work/dl/${root//\//_}@"* 2>/dev/null | awk '$1 == "exact" {print $3; exit}')"
+        if [ -n "$dir" ] && [ -d "$dir/${ip#"$root"/}" ]; then
+            log "$full: adding $ip from $root at its Godeps.json revision (a substitute imports it)"
+            echo "$root: package $ip ADDED from the Godeps.json revision (a substitute imports it)" >> "$work/missing.txt"
+            mkdir -p "$k/vendor/$ip"
+            find "$dir/${ip#"$root"/}" -maxdepth 1 -type f -exec cp {} "$k/vendor/$ip/" \;
+            chmod -R u+w "$k/vendor/$ip"
+            added=0
+            continue
+        fi
+        c="$(awk -v r="$root" '$1 == r && $2 == "=>" && $3 == r {print $4; exit}' "$k115" 2>/dev/null)"
+        [ -n "$c" ] || c="$(awk -v r="$root" '($1 == r || $1 == "require" && $2 == r) && $0 !~ /=>/ {print ($1 == "require" ? $3 : $2); exit}' "$k115" 2>/dev/null)"
+        [ -n "$c" ] || { log "$ip: not vendored, and Kubernetes 1.15.0 names no version of $root"; continue; }
+        dir="$(cd / && go mod download -json "$root@$c" 2>/dev/null | jq -r '.Dir // empty')" || true
+        [ -n "$dir" ] || { log "$ip: not vendored, and the proxy refuses $root@$c"; continue; }
+        log "$full: adding $root@$c (imported by a substitute, not in Godeps.json), vendored whole"
+        echo "$root: ADDED $c (Kubernetes 1.15.0's; not in Godeps.json, a substitute imports $ip), vendored whole" >> "$work/missing.txt"
+        vendor_whole "$root" "$dir" "$k/vendor"
+        added=0
+    done
+    return $added
+}
+
+log "$full: building $bins ($gover, GOPATH mode, cgo)"
+t0=$SECONDS
+: > "$work/build.log"
+# (Go before 1.13 has no -trimpath and `go build -o DIR/` of several packages needs 1.13: one at a time)
+for b in $bins; do
+    for round in 1 2 3 4 5 6; do
+        if (cd "$k" && "${genv[@]}" CGO_ENABLED=1 nice -n 10 "$gobin" build -ldflags "$ldflags" -o "$out/$b.tmp" "./cmd/$b") > "$work/build-$b.log" 2>&1; then
+            break
+        fi
+        cat "$work/build-$b.log" >> "$work/build.log"
+        if [ "$round" -lt 6 ] && add_missing "$work/build-$b.log"; then continue; fi
+        grep -v '^\s' "$work/build-$b.log" | tail -30 >&2
+        die "$full: go build ./cmd/$b failed ($work/build-$b.log)"
+    done
+    mv "$out/$b.tmp" "$out/$b"
+    stamped "$out/$b" "$full" || die "$full: $out/$b does not report v$full: $("$out/$b" --version 2>&1 | head -1)"
+done
+{
+    echo "k8s.io/kubernetes v$full ($bins), built $(date -u +%FT%TZ) with $gover in GOPATH mode (CGO_ENABLED=1, in-tree cloud providers) in $((SECONDS - t0)) s by scripts/k8s-gopath-build.sh"
+    cat "$work/missing.txt"
+} > "$out/BUILD-INFO"
+log "$full: built in $((SECONDS - t0)) s into $out"
+echo "$out"
