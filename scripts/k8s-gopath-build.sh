@@ -151,9 +151,9 @@ for dep in d["Deps"]:
 EOF
 # The proxy refuses a bare commit (".../@v/<hash>.info: 403 Forbidden: This module version is not
 # available"): it serves versions it already knows. A Godeps revision is had as
-#  1. the pseudo-version of that commit, where any go.mod or go.sum in the module cache names one
-#     (Kubernetes 1.15.0's go.mod, converted from these Godeps files, names many; it is
-#     downloaded first for that);
+#  1. the pseudo-version of that commit, where known_pseudo below or any go.mod or go.sum in
+#     the module cache names one (Kubernetes 1.15.0's go.mod, converted from 1.14's Godeps
+#     file, names many; it is downloaded first for that);
 #  2. the tag Godeps' comment names when the revision is exactly a tag (v1.1.0, not v1.1.0-3-gabc);
 #  3. the module's @latest, when that is a pseudo-version of the commit (a repository with no
 #     commit since);
@@ -163,18 +163,162 @@ EOF
 #     version Kubernetes 1.15.0 builds with (build_kube below).
 (cd / && go mod download k8s.io/kubernetes@v1.15.0) >/dev/null 2>&1 || log "note: k8s.io/kubernetes@v1.15.0 (a source of pseudo-versions and substitutes) is refused"
 k115="$(go env GOMODCACHE)/k8s.io/kubernetes@v1.15.0/go.mod"
+# Pseudo-versions of Godeps.json revisions of 1.12-1.14 that the proxy serves, as public go.mod
+# files name them (kops' go.mod at Kubernetes 1.13.5, the 2018 vgo conversion of Kubernetes
+# 1.12's Godeps, others found by the commit hash): the proxy serves a pseudo-version it knows,
+# never the bare commit, and a pseudo-version cannot be made without the commit's time.
+known_pseudo() {
+    cat <<'KNOWN'
+bitbucket.org/bertimus9/systemstat v0.0.0-20180207000608-0eeff89b0690
+cloud.google.com/go v0.0.0-20160913182117-3b1ae45394a2
+github.com/Azure/go-ansiterm v0.0.0-20170929234023-d6e3b3328b78
+github.com/JeffAshton/win_pdh v0.0.0-20161109143554-76bb4ee9f0ab
+github.com/MakeNowJust/heredoc v0.0.0-20170808103936-bb23615498cd
+github.com/NYTimes/gziphandler v0.0.0-20170623195520-56545f4a5d46
+github.com/Nvveen/Gotty v0.0.0-20120604004816-cd527374f1e5
+github.com/PuerkitoBio/urlesc v0.0.0-20160726150825-5bd2802263f2
+github.com/Rican7/retry v0.1.1-0.20160712041035-272ad122d6e5
+github.com/armon/circbuf v0.0.0-20150827004946-bbbad097214e
+github.com/bazelbuild/buildtools v0.0.0-20171220125010-1a9c38e0df93
+github.com/beorn7/perks v0.0.0-20160229213445-3ac7bf7a47d1
+github.com/chai2010/gettext-go v0.0.0-20160711120539-c6fed771bfd5
+github.com/client9/misspell v0.0.0-20170928000206-9ce5d979ffda
+github.com/clusterhq/flocker-go v0.0.0-20160920122132-2b8b7259d313
+github.com/codedellemc/goscaleio v0.0.0-20170830184815-20e2ce2cf885
+github.com/containerd/console v0.0.0-20170925154832-84eeaae905fa
+github.com/coreos/go-semver v0.0.0-20150304020126-568e959cd898
+github.com/coreos/go-systemd v0.0.0-20161114122254-48702e0da86b
+github.com/coreos/pkg v0.0.0-20160620232715-fa29b1d70f0b
+github.com/cyphar/filepath-securejoin v0.0.0-20170720062807-ae69057f2299
+github.com/d2g/dhcp4 v0.0.0-20170904100407-a1d1b6c41b1c
+github.com/d2g/dhcp4client v0.0.0-20170829104524-6e570ed0a266
+github.com/davecgh/go-spew v0.0.0-20170626231645-782f4967f2dc
+github.com/daviddengcn/go-colortext v0.0.0-20160507010035-511bcaf42ccd
+github.com/dgrijalva/jwt-go v0.0.0-20160705203006-01aeca54ebda
+github.com/docker/distribution v0.0.0-20170726174610-edc3ab29cdff
+github.com/docker/docker v0.0.0-20180612054059-a9fbbdc8dd87
+github.com/docker/go-units v0.0.0-20170127094116-9e638d38cf69
+github.com/elazarl/go-bindata-assetfs v0.0.0-20150624150248-3dcc96556217
+github.com/elazarl/goproxy v0.0.0-20170405201442-c4fc26588b6e
+github.com/emicklei/go-restful v0.0.0-20170410110728-ff4f55a20633
+github.com/emicklei/go-restful-swagger12 v0.0.0-20170208215640-dcef7f557305
+github.com/exponent-io/jsonpath v0.0.0-20151013193312-d6023ce2651d
+github.com/fatih/camelcase v0.0.0-20160318181535-f6a740d52f96
+github.com/fsnotify/fsnotify v0.0.0-20160816051541-f12c6236fe7b
+github.com/ghodss/yaml v0.0.0-20150909031657-73d445a93680
+github.com/go-openapi/analysis v0.0.0-20160815203709-b44dc874b601
+github.com/go-openapi/jsonpointer v0.0.0-20160704185906-46af16f9f7b1
+github.com/go-openapi/jsonreference v0.0.0-20160704190145-13c6e3589ad9
+github.com/go-openapi/loads v0.0.0-20170520182102-a80dea3052f0
+github.com/go-openapi/spec v0.0.0-20180213232550-1de3e0542de6
+github.com/go-openapi/strfmt v0.0.0-20160812050534-d65c7fdb29ec
+github.com/go-openapi/swag v0.0.0-20170606142751-f3f9494671f9
+github.com/go-openapi/validate v0.0.0-20171117174350-d509235108fc
+github.com/godbus/dbus v0.0.0-20151105175453-c7fdd8b5cd55
+github.com/gogo/protobuf v0.0.0-20170330071051-c0656edd0d9e
+github.com/golang/glog v0.0.0-20141105023935-44145f04b68c
+github.com/golang/groupcache v0.0.0-20160516000752-02826c3e7903
+github.com/golang/mock v0.0.0-20160127222235-bd3c8e81be01
+github.com/google/btree v0.0.0-20160524151835-7d79101e329e
+github.com/google/gofuzz v0.0.0-20161122191042-44d81051d367
+github.com/google/uuid v0.0.0-20171113160352-8c31c18f31ed
+github.com/googleapis/gnostic v0.0.0-20170729233727-0c5108395e2d
+github.com/gophercloud/gophercloud v0.0.0-20180330165814-781450b3c4fc
+github.com/gorilla/websocket v0.0.0-20150714140627-6eb6ad425a89
+github.com/gregjones/httpcache v0.0.0-20170728041850-787624de3eb7
+github.com/grpc-ecosystem/go-grpc-prometheus v0.0.0-20170330212424-2500245aa611
+github.com/hashicorp/golang-lru v0.0.0-20160207214719-a0d98a5f2880
+github.com/hashicorp/hcl v0.0.0-20160711231752-d8c773c4cba1
+github.com/heketi/heketi v0.0.0-20170623005005-aaf40619d85f
+github.com/jmespath/go-jmespath v0.0.0-20160202185014-0b12d6b521d8
+github.com/jmoiron/sqlx v0.0.0-20180124204410-05cef0741ade
+github.com/jonboulle/clockwork v0.0.0-20141017032234-72f9bd7c4e0c
+github.com/json-iterator/go v0.0.0-20180612202835-f2b4162afba3
+github.com/jteeuwen/go-bindata v0.0.0-20151023091102-a0ff2567cfb7
+github.com/kardianos/osext v0.0.0-20150410034420-8fef92e41e22
+github.com/kr/fs v0.0.0-20131111012553-2788f0dbd169
+github.com/libopenstorage/openstorage v0.0.0-20170906232338-093a0c388875
+github.com/lpabon/godbc v0.0.0-20140613165803-9577782540c1
+github.com/magiconair/properties v0.0.0-20160816085511-61b492c03cf4
+github.com/mailru/easyjson v0.0.0-20170624190925-2f5df55504eb
+github.com/marstr/guid v0.0.0-20170427235115-8bdf7d1a087c
+github.com/mattn/go-shellwords v0.0.0-20180605041737-f8471b0a71de
+github.com/mholt/caddy v0.0.0-20180213163048-2de495001514
+github.com/miekg/dns v0.0.0-20160614162101-5d001d020961
+github.com/mindprince/gonvml v0.0.0-20171110221305-fee913ce8fb2
+github.com/mistifyio/go-zfs v0.0.0-20151009155749-1b4ae6fb4e77
+github.com/mitchellh/go-wordwrap v0.0.0-20150314170334-ad45545899c7
+github.com/mitchellh/mapstructure v0.0.0-20170307201123-53818660ed49
+github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd
+github.com/mohae/deepcopy v0.0.0-20170603005431-491d3605edfb
+github.com/mrunalp/fileutils v0.0.0-20160930181131-4ee1cc9a8058
+github.com/mvdan/xurls v0.0.0-20160110113200-1b768d7c393a
+github.com/onsi/ginkgo v0.0.0-20170318221715-67b9df7f55fe
+github.com/onsi/gomega v0.0.0-20160911051023-d59fa0ac68bb
+github.com/opencontainers/go-digest v0.0.0-20170106003457-a6d0ee40d420
+github.com/opencontainers/image-spec v0.0.0-20170604055404-372ad780f634
+github.com/opencontainers/runc v0.0.0-20180424185634-871ba2e58e24
+github.com/opencontainers/selinux v0.0.0-20170621221121-4a2974bf1ee9
+github.com/pborman/uuid v0.0.0-20150603214016-ca53cad383ca
+github.com/pkg/sftp v0.0.0-20160930220758-4d0e916071f6
+github.com/pmezard/go-difflib v0.0.0-20151028094244-d8ed2627bdf0
+github.com/prometheus/client_golang v0.0.0-20170531130054-e7e903064f5e
+github.com/prometheus/client_model v0.0.0-20150212101744-fa8ad6fec335
+github.com/prometheus/common v0.0.0-20170427095455-13ba4ddd0caa
+github.com/prometheus/procfs v0.0.0-20170519190837-65c1f6f8f0fc
+github.com/rancher/go-rancher v0.0.0-20160922212217-09693a8743ba
+github.com/renstrom/dedent v0.0.0-20150819195903-020d11c3b9c0
+github.com/robfig/cron v0.0.0-20170309132418-df38d32658d8
+github.com/rubiojr/go-vhd v0.0.0-20160810183302-0bfd3b39853c
+github.com/russross/blackfriday v0.0.0-20151117072312-300106c228d5
+github.com/seccomp/libseccomp-golang v0.0.0-20150813023252-1b506fc7c24e
+github.com/shurcooL/sanitized_anchor_name v0.0.0-20151028001915-10ef21a441db
+github.com/sirupsen/logrus v0.0.0-20170822132746-89742aefa4b2
+github.com/spf13/afero v0.0.0-20160816080757-b28a7effac97
+github.com/spf13/cast v0.0.0-20160730092037-e31f36ffc91a
+github.com/spf13/cobra v0.0.0-20180319062004-c439c4fa0937
+github.com/spf13/jwalterweatherman v0.0.0-20160311093646-33c24e77fb80
+github.com/spf13/viper v0.0.0-20160820190039-7fb2782df3d8
+github.com/storageos/go-api v0.0.0-20180126153955-3a4032328d99
+github.com/stretchr/objx v0.0.0-20150928122152-1a9d0bb9f541
+github.com/stretchr/testify v0.0.0-20180319223459-c679ae2cc0cb
+github.com/syndtr/gocapability v0.0.0-20160928074757-e7cb7fa329f4
+github.com/tools/godep v0.0.0-20180126220526-ce0bfadeb516
+github.com/ugorji/go v0.0.0-20170107133203-ded73eae5db7
+github.com/vishvananda/netns v0.0.0-20171111001504-be1fbeda1936
+github.com/vmware/govmomi v0.0.0-20180822160426-22f74650cf39
+github.com/vmware/photon-controller-go-sdk v0.0.0-20170310013346-4a435daef6cc
+github.com/xanzy/go-cloudstack v0.0.0-20160728180336-1e2cbf647e57
+golang.org/x/exp v0.0.0-20160623011055-292a51b8d262
+golang.org/x/oauth2 v0.0.0-20170412232759-a6bd8cefa181
+golang.org/x/sys v0.0.0-20171031081856-95c657629925
+golang.org/x/text v0.0.0-20170810154203-b19bf474d317
+golang.org/x/time v0.0.0-20161028155119-f51c12702a4d
+golang.org/x/tools v0.0.0-20170428054726-2382e3994d48
+google.golang.org/api v0.0.0-20180621000839-3639d6d93f37
+google.golang.org/genproto v0.0.0-20170731182057-09f6ed296fc6
+gopkg.in/natefinch/lumberjack.v2 v2.0.0-20150622162204-20b71e5b60d7
+gopkg.in/square/go-jose.v2 v2.0.0-20180411045311-89060dee6a84
+gopkg.in/yaml.v2 v2.0.0-20170721113624-670d4cfef054
+k8s.io/gengo v0.0.0-20181106084056-51747d6e00da
+k8s.io/utils v0.0.0-20180726175726-66066c83e385
+KNOWN
+}
 index_pseudo() {
     local m
     m="$(go env GOMODCACHE)"
+    known_pseudo
     { find "$m/cache/download" -name '*.mod' -size -200k 2>/dev/null
       find "$m" -maxdepth 5 \( -name go.sum -o -name go.mod \) -path '*@*' 2>/dev/null
     } | xargs grep -hoE '[a-zA-Z0-9._~/-]+ v[0-9]+\.[0-9]+\.[0-9]+-[0-9.a-z]*[0-9]{14}-[0-9a-f]{12}' 2>/dev/null \
       | awk '{print $1, $2}' | LC_ALL=C sort -u
 }
 # Substitutes chosen by hand, where neither the revision nor the above builds:
-# "root rev-prefix version why"
+# "root rev-prefix version why" (version: of root, or module@version for a repository renamed)
 pinned() {
     cat <<'PINS'
+github.com/renstrom/dedent 020d11c3b9c0 github.com/lithammer/dedent@v1.1.0 the repository's new name (the proxy refuses every version under the old one); v1.1.0 is what Kubernetes 1.14 vendors from it
+k8s.io/kube-openapi fd52d7a69c20 v0.0.0-20181109181836-c59034cc13d5 the revision Kubernetes 1.13.0-1.13.5 vendor (1.13.12's later one is not served); Kubernetes 1.15.0's lacks handler.BuildAndRegisterOpenAPIService
 github.com/ugorji/go bdcc60b419d1 v1.1.1 its codec's GenVersion is 8, as etcd's generated client code (coreos/etcd/client/keys.generated.go) requires; newer tags moved codec into a module of its own
 gonum.org/v1/gonum cebdade430cc v0.0.0-20180816165407-929014505bf4 its dot.Marshal still takes the strict argument pkg/controller/garbagecollector/dump.go passes (Kubernetes 1.15.0's gonum does not)
 PINS
@@ -211,7 +355,9 @@ fetch_one() { # root rev comment -> $work/dl/<root>@<rev>: "status version dir [
     local why
     read -r c why < <(pinned | awk -v r="$root" -v h="$rev" '$1 == r && index(h, $2) == 1 {$1 = ""; $2 = ""; print substr($0, 3)}')
     if [ -n "$c" ]; then
-        dir="$(cd / && go mod download -json "$root@$c" 2>/dev/null | jq -r '.Dir // empty')" || true
+        local m="$root@$c"
+        [[ "$c" != *@* ]] || m="$c"
+        dir="$(cd / && go mod download -json "$m" 2>/dev/null | jq -r '.Dir // empty')" || true
         if [ -n "$dir" ]; then echo "pinned $c $dir $why; the revision: $e" > "$f"; return 0; fi
         e="$e; $c (pinned): refused"
     fi
@@ -296,6 +442,49 @@ if [ ! -f "$work/vendor.ok" ]; then
     cp "$src/vendor/BUILD" "$src/vendor/OWNERS" "$k/vendor.tmp/" 2>/dev/null || true
     rm -rf "$k/vendor"
     mv "$k/vendor.tmp" "$k/vendor"
+    # github.com/emicklei/go-restful-swagger12 (1.13 and older) is refused whole ("@v/list: 403");
+    # k8s.io/apiserver imports it for the Swagger 1.2 spec (/swaggerapi, deprecated, gone in
+    # 1.14). A stand-in of ours: the types the API server names and a RegisterSwaggerService that
+    # registers nothing, so an API server built so serves no /swaggerapi (its OpenAPI spec,
+    # /openapi/v2, which kubectl reads, is not affected); the kubelet only links it.
+    if grep -q '^github.com/emicklei/go-restful-swagger12 .*NOT AVAILABLE' "$work/missing.txt"; then
+        mkdir -p "$k/vendor/github.com/emicklei/go-restful-swagger12"
+        cat > "$k/vendor/github.com/emicklei/go-restful-swagger12/swagger.go" <<'GO'
+// Package swagger stands in for github.com/emicklei/go-restful-swagger12, which the Go module
+// proxy does not serve (written by kubelet-rehash's scripts/k8s-gopath-build.sh): the
+// configuration type k8s.io/apiserver fills in, and a RegisterSwaggerService that registers
+// no Swagger 1.2 endpoints.
+package swagger
+
+import restful "github.com/emicklei/go-restful"
+
+// Config is the Swagger 1.2 service's configuration, as k8s.io/apiserver sets it.
+type Config struct {
+	WebServicesUrl      string
+	ApiPath             string
+	SwaggerPath         string
+	SwaggerFilePath     string
+	WebServices         []*restful.WebService
+	DisableCORS         bool
+	ApiVersion          string
+	SchemaFormatHandler func(typeName string) string
+}
+
+// RegisterSwaggerService registers nothing: no /swaggerapi.
+func RegisterSwaggerService(config Config, wsContainer *restful.Container) {}
+GO
+        echo "  -> a stand-in of ours (scripts/k8s-gopath-build.sh) in its place: the API server serves no Swagger 1.2 spec (/swaggerapi); its OpenAPI spec is not affected" >> "$work/missing.txt"
+    fi
+    # github.com/storageos/go-api before 1.14 (0.3.4) is refused whole but for a 2018-09
+    # pseudo-version, which has no types.Controller pkg/volume/storageos uses: the StorageOS
+    # volume plugin is left out of the kubelet and the controller manager
+    if grep -q '^github.com/storageos/go-api .*\(SUBSTITUTE\|NOT AVAILABLE\)' "$work/missing.txt" \
+        && ! grep -q 'Controller' "$k/vendor/github.com/storageos/go-api/types/controller.go" 2>/dev/null \
+        && grep -q 'storageos.ProbeVolumePlugins' "$k/cmd/kubelet/app/plugins.go"; then
+        sed -i '/"k8s.io\/kubernetes\/pkg\/volume\/storageos"/d; /storageos\.ProbeVolumePlugins()/d' \
+            "$k/cmd/kubelet/app/plugins.go" "$k/cmd/kube-controller-manager/app/plugins.go"
+        echo "  -> so the StorageOS volume plugin (pkg/volume/storageos, which needs its types.Controller) is left out of the kubelet and kube-controller-manager (cmd/*/app/plugins.go)" >> "$work/missing.txt"
+    fi
     # github.com/rancher/go-rancher is refused whole (".../@v/list: 403"): the kubelet's Rancher
     # registry credential provider (pkg/credentialprovider/rancher, used only with RANCHER_URL
     # set) is left out of the kubelet
@@ -376,13 +565,27 @@ add_missing() { # build log -> 0 when a package it could not find was added to v
             added=0
             continue
         fi
+        # bitbucket.org/ww/goautoneg (which a substitute kube-openapi imports) is gone and refused:
+        # its copy on GitHub, which Kubernetes 1.15 moved to
+        if [ "$root" = bitbucket.org/ww/goautoneg ]; then
+            c=github.com/munnerz/goautoneg@v0.0.0-20120707110453-a547fc61f48d
+            dir="$(cd / && go mod download -json "$c" 2>/dev/null | jq -r '.Dir // empty')" || true
+            [ -n "$dir" ] || { log "$ip: not vendored, and the proxy refuses $c"; continue; }
+            log "$full: adding $root as $c (imported by a substitute; the proxy refuses $root)"
+            echo "$root: ADDED as $c, its copy on GitHub (not in Godeps.json, a substitute imports it; the proxy refuses $root@v0.0.0-20120707110453-75cd24fc2f2c)" >> "$work/missing.txt"
+            vendor_whole "$root" "$dir" "$k/vendor"
+            added=0
+            continue
+        fi
         c="$(awk -v r="$root" '$1 == r && $2 == "=>" && $3 == r {print $4; exit}' "$k115" 2>/dev/null)"
         [ -n "$c" ] || c="$(awk -v r="$root" '($1 == r || $1 == "require" && $2 == r) && $0 !~ /=>/ {print ($1 == "require" ? $3 : $2); exit}' "$k115" 2>/dev/null)"
-        [ -n "$c" ] || { log "$ip: not vendored, and Kubernetes 1.15.0 names no version of $root"; continue; }
+        # else the newest pseudo-version known of it
+        [ -n "$c" ] || c="$(awk -v r="$root" '$1 == r {print $2}' "$work/pseudo-index.txt" | LC_ALL=C sort | tail -1)"
+        [ -n "$c" ] || { log "$ip: not vendored, and Kubernetes 1.15.0 names no version of $root, nor any go.mod known"; continue; }
         dir="$(cd / && go mod download -json "$root@$c" 2>/dev/null | jq -r '.Dir // empty')" || true
         [ -n "$dir" ] || { log "$ip: not vendored, and the proxy refuses $root@$c"; continue; }
         log "$full: adding $root@$c (imported by a substitute, not in Godeps.json), vendored whole"
-        echo "$root: ADDED $c (Kubernetes 1.15.0's; not in Godeps.json, a substitute imports $ip), vendored whole" >> "$work/missing.txt"
+        echo "$root: ADDED $c (Kubernetes 1.15.0's, else the newest known; not in Godeps.json, a substitute imports $ip), vendored whole" >> "$work/missing.txt"
         vendor_whole "$root" "$dir" "$k/vendor"
         added=0
     done
@@ -400,7 +603,7 @@ for b in $bins; do
         fi
         cat "$work/build-$b.log" >> "$work/build.log"
         if [ "$round" -lt 6 ] && add_missing "$work/build-$b.log"; then continue; fi
-        grep -v '^\s' "$work/build-$b.log" | tail -30 >&2
+        { grep -v '^\s' "$work/build-$b.log" || true; } | tail -30 >&2
         die "$full: go build ./cmd/$b failed ($work/build-$b.log)"
     done
     mv "$out/$b.tmp" "$out/$b"
