@@ -179,11 +179,13 @@ github.com/Nvveen/Gotty v0.0.0-20120604004816-cd527374f1e5
 github.com/PuerkitoBio/urlesc v0.0.0-20160726150825-5bd2802263f2
 github.com/Rican7/retry v0.1.1-0.20160712041035-272ad122d6e5
 github.com/armon/circbuf v0.0.0-20150827004946-bbbad097214e
+github.com/asaskevich/govalidator v0.0.0-20160715170612-593d64559f76
 github.com/bazelbuild/buildtools v0.0.0-20171220125010-1a9c38e0df93
 github.com/beorn7/perks v0.0.0-20160229213445-3ac7bf7a47d1
 github.com/chai2010/gettext-go v0.0.0-20160711120539-c6fed771bfd5
 github.com/client9/misspell v0.0.0-20170928000206-9ce5d979ffda
 github.com/clusterhq/flocker-go v0.0.0-20160920122132-2b8b7259d313
+github.com/cockroachdb/cmux v0.0.0-20160228191917-112f0506e774
 github.com/codedellemc/goscaleio v0.0.0-20170830184815-20e2ce2cf885
 github.com/containerd/console v0.0.0-20170925154832-84eeaae905fa
 github.com/coreos/go-semver v0.0.0-20150304020126-568e959cd898
@@ -207,9 +209,11 @@ github.com/fatih/camelcase v0.0.0-20160318181535-f6a740d52f96
 github.com/fsnotify/fsnotify v0.0.0-20160816051541-f12c6236fe7b
 github.com/ghodss/yaml v0.0.0-20150909031657-73d445a93680
 github.com/go-openapi/analysis v0.0.0-20160815203709-b44dc874b601
+github.com/go-openapi/errors v0.0.0-20160704190347-d24ebc2075ba
 github.com/go-openapi/jsonpointer v0.0.0-20160704185906-46af16f9f7b1
 github.com/go-openapi/jsonreference v0.0.0-20160704190145-13c6e3589ad9
 github.com/go-openapi/loads v0.0.0-20170520182102-a80dea3052f0
+github.com/go-openapi/runtime v0.0.0-20160704190703-11e322eeecc1
 github.com/go-openapi/spec v0.0.0-20180213232550-1de3e0542de6
 github.com/go-openapi/strfmt v0.0.0-20160812050534-d65c7fdb29ec
 github.com/go-openapi/swag v0.0.0-20170606142751-f3f9494671f9
@@ -300,7 +304,9 @@ google.golang.org/genproto v0.0.0-20170731182057-09f6ed296fc6
 gopkg.in/natefinch/lumberjack.v2 v2.0.0-20150622162204-20b71e5b60d7
 gopkg.in/square/go-jose.v2 v2.0.0-20180411045311-89060dee6a84
 gopkg.in/yaml.v2 v2.0.0-20170721113624-670d4cfef054
+k8s.io/gengo v0.0.0-20180702041517-fdcf9f9480fd
 k8s.io/gengo v0.0.0-20181106084056-51747d6e00da
+k8s.io/kube-openapi v0.0.0-20180711000925-0cf8f7e6ed1d
 k8s.io/utils v0.0.0-20180726175726-66066c83e385
 KNOWN
 }
@@ -317,6 +323,7 @@ index_pseudo() {
 # "root rev-prefix version why" (version: of root, or module@version for a repository renamed)
 pinned() {
     cat <<'PINS'
+bitbucket.org/ww/goautoneg 75cd24fc2f2c github.com/munnerz/goautoneg@v0.0.0-20120707110453-a547fc61f48d its copy on GitHub (the same 2012-07-07 commit; Kubernetes 1.15 moved to it); the proxy refuses bitbucket.org/ww/goautoneg
 github.com/renstrom/dedent 020d11c3b9c0 github.com/lithammer/dedent@v1.1.0 the repository's new name (the proxy refuses every version under the old one); v1.1.0 is what Kubernetes 1.14 vendors from it
 k8s.io/kube-openapi fd52d7a69c20 v0.0.0-20181109181836-c59034cc13d5 the revision Kubernetes 1.13.0-1.13.5 vendor (1.13.12's later one is not served); Kubernetes 1.15.0's lacks handler.BuildAndRegisterOpenAPIService
 github.com/ugorji/go bdcc60b419d1 v1.1.1 its codec's GenVersion is 8, as etcd's generated client code (coreos/etcd/client/keys.generated.go) requires; newer tags moved codec into a module of its own
