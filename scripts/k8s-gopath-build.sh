@@ -55,14 +55,15 @@ bins="kubelet"
 
 stamped() { # binary version: built, and says it is that version
     [ -x "$1" ] || return 1
-    if [ "${1##*/}" = kubectl ]; then
+    if [ "${1##*/}" = kubectl ] || [ "${1##*/}" = kubectl.tmp ]; then
         "$1" version --client -o json 2>/dev/null | grep -q "\"gitVersion\": \"v$2\""
     else
         "$1" --version 2>/dev/null | grep -q "v$2\$"
     fi
 }
-all_stamped() {
+all_stamped() { # (BUILD-INFO is written last: a build cut short has none)
     local b
+    [ -f "$out/BUILD-INFO" ] || return 1
     for b in $bins; do stamped "$out/$b" "$full" || return 1; done
 }
 if all_stamped; then log "$full: cached in $out ($bins)"; echo "$out"; exit 0; fi
@@ -172,8 +173,10 @@ known_pseudo() {
 bitbucket.org/bertimus9/systemstat v0.0.0-20180207000608-0eeff89b0690
 cloud.google.com/go v0.0.0-20160913182117-3b1ae45394a2
 github.com/Azure/go-ansiterm v0.0.0-20170929234023-d6e3b3328b78
+github.com/GeertJohan/go.rice v0.0.0-20170420135705-c02ca9a983da
 github.com/JeffAshton/win_pdh v0.0.0-20161109143554-76bb4ee9f0ab
 github.com/MakeNowJust/heredoc v0.0.0-20170808103936-bb23615498cd
+github.com/Microsoft/hcsshim v0.0.0-20190110205307-69ac8d3f7fc1
 github.com/NYTimes/gziphandler v0.0.0-20170623195520-56545f4a5d46
 github.com/Nvveen/Gotty v0.0.0-20120604004816-cd527374f1e5
 github.com/PuerkitoBio/urlesc v0.0.0-20160726150825-5bd2802263f2
@@ -194,6 +197,7 @@ github.com/coreos/pkg v0.0.0-20160620232715-fa29b1d70f0b
 github.com/cyphar/filepath-securejoin v0.0.0-20170720062807-ae69057f2299
 github.com/d2g/dhcp4 v0.0.0-20170904100407-a1d1b6c41b1c
 github.com/d2g/dhcp4client v0.0.0-20170829104524-6e570ed0a266
+github.com/daaku/go.zipexe v0.0.0-20150329023125-a5fe2436ffcb
 github.com/davecgh/go-spew v0.0.0-20170626231645-782f4967f2dc
 github.com/daviddengcn/go-colortext v0.0.0-20160507010035-511bcaf42ccd
 github.com/dgrijalva/jwt-go v0.0.0-20160705203006-01aeca54ebda
@@ -235,18 +239,22 @@ github.com/hashicorp/golang-lru v0.0.0-20160207214719-a0d98a5f2880
 github.com/hashicorp/hcl v0.0.0-20160711231752-d8c773c4cba1
 github.com/heketi/heketi v0.0.0-20170623005005-aaf40619d85f
 github.com/jmespath/go-jmespath v0.0.0-20160202185014-0b12d6b521d8
+github.com/jmhodges/clock v0.0.0-20160418191101-880ee4c33548
 github.com/jmoiron/sqlx v0.0.0-20180124204410-05cef0741ade
 github.com/jonboulle/clockwork v0.0.0-20141017032234-72f9bd7c4e0c
 github.com/json-iterator/go v0.0.0-20180612202835-f2b4162afba3
 github.com/jteeuwen/go-bindata v0.0.0-20151023091102-a0ff2567cfb7
 github.com/kardianos/osext v0.0.0-20150410034420-8fef92e41e22
+github.com/kisielk/sqlstruct v0.0.0-20150923205031-648daed35d49
 github.com/kr/fs v0.0.0-20131111012553-2788f0dbd169
+github.com/lib/pq v0.0.0-20180201184707-88edab080323
 github.com/libopenstorage/openstorage v0.0.0-20170906232338-093a0c388875
 github.com/lpabon/godbc v0.0.0-20140613165803-9577782540c1
 github.com/magiconair/properties v0.0.0-20160816085511-61b492c03cf4
 github.com/mailru/easyjson v0.0.0-20170624190925-2f5df55504eb
 github.com/marstr/guid v0.0.0-20170427235115-8bdf7d1a087c
 github.com/mattn/go-shellwords v0.0.0-20180605041737-f8471b0a71de
+github.com/mesos/mesos-go v0.0.0-20180906210748-ff8175bfda54
 github.com/mholt/caddy v0.0.0-20180213163048-2de495001514
 github.com/miekg/dns v0.0.0-20160614162101-5d001d020961
 github.com/mindprince/gonvml v0.0.0-20171110221305-fee913ce8fb2
@@ -289,16 +297,21 @@ github.com/stretchr/testify v0.0.0-20180319223459-c679ae2cc0cb
 github.com/syndtr/gocapability v0.0.0-20160928074757-e7cb7fa329f4
 github.com/tools/godep v0.0.0-20180126220526-ce0bfadeb516
 github.com/ugorji/go v0.0.0-20170107133203-ded73eae5db7
+github.com/ugorji/go v0.0.0-20171019201919-bdcc60b419d1
 github.com/vishvananda/netns v0.0.0-20171111001504-be1fbeda1936
 github.com/vmware/govmomi v0.0.0-20180822160426-22f74650cf39
 github.com/vmware/photon-controller-go-sdk v0.0.0-20170310013346-4a435daef6cc
 github.com/xanzy/go-cloudstack v0.0.0-20160728180336-1e2cbf647e57
+golang.org/x/crypto v0.0.0-20180808211826-de0752318171
 golang.org/x/exp v0.0.0-20160623011055-292a51b8d262
+golang.org/x/net v0.0.0-20180124060956-0ed95abb35c4
 golang.org/x/oauth2 v0.0.0-20170412232759-a6bd8cefa181
 golang.org/x/sys v0.0.0-20171031081856-95c657629925
 golang.org/x/text v0.0.0-20170810154203-b19bf474d317
 golang.org/x/time v0.0.0-20161028155119-f51c12702a4d
 golang.org/x/tools v0.0.0-20170428054726-2382e3994d48
+golang.org/x/tools v0.0.0-20190205050122-7f7074d5bcfd
+gonum.org/v1/gonum v0.0.0-20180726124543-cebdade430cc
 google.golang.org/api v0.0.0-20180621000839-3639d6d93f37
 google.golang.org/genproto v0.0.0-20170731182057-09f6ed296fc6
 gopkg.in/natefinch/lumberjack.v2 v2.0.0-20150622162204-20b71e5b60d7
@@ -306,6 +319,8 @@ gopkg.in/square/go-jose.v2 v2.0.0-20180411045311-89060dee6a84
 gopkg.in/yaml.v2 v2.0.0-20170721113624-670d4cfef054
 k8s.io/gengo v0.0.0-20180702041517-fdcf9f9480fd
 k8s.io/gengo v0.0.0-20181106084056-51747d6e00da
+k8s.io/klog v0.0.0-20181108234604-8139d8cb77af
+k8s.io/klog v0.0.0-20190306015804-8e90cee79f82
 k8s.io/kube-openapi v0.0.0-20180711000925-0cf8f7e6ed1d
 k8s.io/utils v0.0.0-20180726175726-66066c83e385
 KNOWN
@@ -613,9 +628,11 @@ for b in $bins; do
         { grep -v '^\s' "$work/build-$b.log" || true; } | tail -30 >&2
         die "$full: go build ./cmd/$b failed ($work/build-$b.log)"
     done
-    mv "$out/$b.tmp" "$out/$b"
-    stamped "$out/$b" "$full" || die "$full: $out/$b does not report v$full: $("$out/$b" --version 2>&1 | head -1)"
+    stamped "$out/$b.tmp" "$full" || die "$full: $out/$b.tmp does not report v$full: $("$out/$b.tmp" --version 2>&1 | head -1)"
 done
+# all or none: the binaries of one vendor tree, then their BUILD-INFO
+rm -f "$out/BUILD-INFO"
+for b in $bins; do mv "$out/$b.tmp" "$out/$b"; done
 {
     echo "k8s.io/kubernetes v$full ($bins), built $(date -u +%FT%TZ) with $gover in GOPATH mode (CGO_ENABLED=1, in-tree cloud providers) in $((SECONDS - t0)) s by scripts/k8s-gopath-build.sh"
     cat "$work/missing.txt"
