@@ -12,7 +12,11 @@
 # How: k8s.io/kubernetes@vVERSION from the proxy is copied into a GOPATH
 # ($KUBELET_REHASH_CACHE/gopath-build/VERSION/gopath/src/k8s.io/kubernetes); its vendor/ is
 # filled from Godeps/Godeps.json: each repository it names is downloaded at the Godeps revision
-# (the proxy resolves a commit to a pseudo-version) and the listed packages are copied in;
+# and the listed packages are copied in. The proxy refuses a bare commit, so a revision is had
+# as its pseudo-version where one is known (known_pseudo below, or any go.mod/go.sum in the
+# module cache) or as the tag Godeps names; what is not had so is substituted and written to
+# OUTDIR/BUILD-INFO (fetch_one). Checked: 1.14.10, 1.13.12, 1.12.10 (all five binaries);
+# 1.14.10 has every revision but vbom.ml/util's.
 # vendor/k8s.io/<staging repo> are symlinks to staging/src/k8s.io/<repo>, as in Kubernetes' git
 # tree. vbom.ml/util, which the proxy refuses, is third_party/vbom-util (its README). For the
 # control plane, pkg/generated/openapi/zz_generated.openapi.go (never committed) is generated
@@ -21,7 +25,8 @@
 # (build/build-image/cross/VERSION), from the proxy's golang.org/toolchain module, unpacked
 # into $cache/go/ (as scripts/k8s-lab.sh's era_go_bin does); $GOPATH_BUILD_GO=goX.Y.Z overrides.
 # Built with cgo and with the in-tree cloud providers (these releases know no providerless tag).
-# Idempotent: binaries that already report VERSION are kept. One build of a version at a time.
+# Idempotent: binaries that already report VERSION (with their BUILD-INFO, written last) are
+# kept. One build of a version at a time. Work trees and caches: $cache/gopath-build/VERSION/.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
