@@ -154,6 +154,15 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
         stamped "$out/$b" "$full" || need=1
     done
     if [ "$need" = 0 ]; then log "$full: cached in $out ($bins)"; echo "$out"; return; fi
+    # 1.8-1.14 predate Go modules: built in GOPATH mode from their Godeps.json
+    # (scripts/k8s-gopath-build.sh, which keeps its own work tree and lock)
+    if [ "$(cut -d. -f2 <<<"$full")" -lt 15 ]; then
+        local only_flag=()
+        [ "$only" = 0 ] || only_flag=(--kubelet-only)
+        "$here/scripts/k8s-gopath-build.sh" "$full" "$out" "${only_flag[@]}" >&2 || die "$full: the GOPATH-mode build failed"
+        echo "$out"
+        return
+    fi
     work="$cache/k8s-build/$full"
     mkdir -p "$work" "$out"
     local minor ego gocmd=(go) godirective=1.22 cgo=0
