@@ -1210,7 +1210,12 @@ fn upgrade_command(
         }
     };
     let mut c = rehash_api(lab, "upgrade", &kubelet_kubeconfig(lab), to);
-    c.arg("--kubelet-binary")
+    // the lab's kubelet by its pid file: without one the tool takes the lowest pid named
+    // `kubelet`, another lab's where several run at once (one kubelet per node otherwise), and
+    // waited for that one to stop (149 s once, the hold not begun: the node went Unknown)
+    c.arg("--kubelet-pidfile")
+        .arg(Path::new(lab.var("LAB_DIR")).join("pids/kubelet"))
+        .arg("--kubelet-binary")
         .arg(kubelet)
         .args(["--kubelet-path", lab.var("KUBELET_PATH")])
         .arg("--state")
@@ -1486,7 +1491,10 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
     let lab = Lab::up(from, to, runtime, &dir);
     let from_v = lab.var("KUBELET_VERSION").to_string();
     let to_v = lab.var("CONTROL_PLANE_VERSION").to_string();
-    lab.apply(&workloads(minor));
+    // (the old kubelet runs them: a native sidecar only where it knows one, not a 1.28 kubelet
+    // under a 1.29 control plane that accepts it)
+    let from_minor: u32 = from.split('.').nth(1).unwrap().parse().unwrap();
+    lab.apply(&workloads(from_minor));
     let manifests = Path::new(lab.var("MANIFESTS"));
     std::fs::write(
         manifests.join("static-pinned.yaml"),
@@ -1502,7 +1510,6 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
     )
     .unwrap();
     wait_settled(&lab, &from_v, "before");
-    let from_minor: u32 = from.split('.').nth(1).unwrap().parse().unwrap();
     if from_minor >= 33 {
         resize_in_place(&lab);
         wait_settled(&lab, &from_v, "after the resize");
