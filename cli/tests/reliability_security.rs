@@ -580,6 +580,7 @@ fn an_unprivileged_patch_locks_in_its_own_users_directory() {
     // the test binary's own directory need not be reachable by nobody: run a copy
     let exe = base.join("kubelet-rehash");
     std::fs::copy(bin(), &exe).unwrap();
+    std::fs::create_dir_all(node.dir.join("var/lib/kubelet")).unwrap();
     let st = Command::new("chown")
         .args(["-R", "nobody:nogroup"])
         .arg(&node.dir)
@@ -597,6 +598,10 @@ fn an_unprivileged_patch_locks_in_its_own_users_directory() {
         .args(["patch", "--pods"])
         .arg(node.pods())
         .args(node.store_flags())
+        // its own kubelet directory: the host's /var/lib/kubelet holds whatever a real-node
+        // lab's kubelet wrote there (device-plugins/kubelet_internal_checkpoint, root's 0600)
+        .arg("--kubelet-dir")
+        .arg(node.dir.join("var/lib/kubelet"))
         .args(["--to", &to, "--backup-dir"])
         .arg(node.dir.join("bk"))
         .output()

@@ -628,6 +628,7 @@ fn pod_uid(p: &PodIn) -> String {
 /// on a Linux node.
 pub fn predict(pods: &[&[u8]], node: &NodeObject, to: KubeletVersion) -> Admission {
     let allocatable: Amounts = amounts(&node.status.allocatable, &|_| true);
+    let knows_allocatable = !node.status.allocatable.is_empty();
     let node_has = |k: &str| allocatable.contains_key(k);
     let mut requested = Amounts::new();
     let mut admitted = 0i128;
@@ -670,11 +671,14 @@ pub fn predict(pods: &[&[u8]], node: &NodeObject, to: KubeletVersion) -> Admissi
                     true,
                 ));
             };
+            // A Node with no `status.allocatable` at all was never written by a kubelet (every
+            // kubelet reports it from its first status): what it fits is unknown, so requests
+            // are not judged rather than judged against nothing
             let allowed = allocatable.get("pods").copied().unwrap_or(0);
-            if admitted + 1 > allowed {
+            if knows_allocatable && admitted + 1 > allowed {
                 insufficient("pods", 1, admitted, allowed);
             }
-            if reqs.values().any(|v| *v != 0) {
+            if knows_allocatable && reqs.values().any(|v| *v != 0) {
                 let named = ["cpu", "memory", "ephemeral-storage"];
                 let scalars = reqs
                     .keys()

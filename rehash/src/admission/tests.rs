@@ -444,3 +444,31 @@ fn each_rejected_pod_is_a_block_hazard_naming_it() {
         "the rejection carries the pod's uid"
     );
 }
+
+#[test]
+fn a_node_without_allocatable_judges_no_request() {
+    // a Node no kubelet wrote (no status.allocatable at all): what it fits is unknown, so
+    // neither the pod count nor any request rejects a pod; the other predicates still do
+    let mut bare = json!({
+        "kind": "Node",
+        "metadata": {"name": "machine1", "labels": {"kubernetes.io/os": "linux"}},
+        "status": {}
+    });
+    let n = NodeObject::parse(&serde_json::to_vec(&bare).unwrap()).expect("a Node");
+    let pods = [
+        pod("big", 1, requests("8", "10Gi")),
+        pod("pinned", 2, json!({"spec": {"nodeName": "other-node"}})),
+    ];
+    assert_eq!(
+        names(&rejected(&pods, &n, 36)),
+        ["default/pinned"],
+        "without allocatable only the predicates that need none reject"
+    );
+    bare["status"] = json!({"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}});
+    let n = NodeObject::parse(&serde_json::to_vec(&bare).unwrap()).expect("a Node");
+    assert_eq!(
+        names(&rejected(&pods, &n, 36)),
+        ["default/big", "default/pinned"],
+        "with allocatable the requests are judged"
+    );
+}
