@@ -241,9 +241,10 @@ build_one() { # full version, kubelet-only (0/1) -> prints the output dir
     t0=$SECONDS
     # the version stamps hack/lib/version.sh sets: kubelet --version, the API server's
     # /version and the Node's kubeletVersion read them
-    # (1.16 and older: k8s.io/kubernetes/pkg/version; 1.16's kubectl: k8s.io/kubectl/pkg/version)
+    # (1.16 and older: k8s.io/kubernetes/pkg/version; 1.16's kubectl: k8s.io/kubectl/pkg/version,
+    # 1.15's: k8s.io/kubernetes/pkg/kubectl/version)
     local ldflags="" pkg
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version k8s.io/kubernetes/pkg/version k8s.io/kubectl/pkg/version; do
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version k8s.io/kubernetes/pkg/version k8s.io/kubectl/pkg/version k8s.io/kubernetes/pkg/kubectl/version; do
         ldflags="$ldflags -X $pkg.gitVersion=v$full -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
     done
     # providerless: without the in-tree cloud providers (their SDKs are a third of the older
@@ -954,7 +955,10 @@ EOF
         --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
         --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
         --allow-privileged=true --endpoint-reconciler-type none $api_audiences
-    wait_for kube-apiserver 120 "$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get --raw /readyz
+    # (/readyz is from 1.16: 1.15 answers /healthz)
+    local ready_path=/readyz
+    [ "$(minor_of "$cp_version")" -ge 16 ] || ready_path=/healthz
+    wait_for kube-apiserver 120 "$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get --raw "$ready_path"
 
     log "kube-controller-manager, kube-scheduler"
     # (before 1.24 both also serve an insecure port, 10252 and 10251 by default: off, as for the
