@@ -87,7 +87,7 @@ truncate -s 4G "$work/fs.img"
 mkfs.ext4 -q -F -O has_journal "$work/fs.img"
 mkdir -p "$mnt"
 mount -o loop "$work/fs.img" "$mnt"
-dumpe2fs -h "$work/fs.img" 2>/dev/null | grep -q 'features:.*has_journal' || { echo "bench-node.sh: the file system has no journal" >&2; exit 1; }
+dumpe2fs -h "$work/fs.img" 2>/dev/null | grep 'features:.*has_journal' >/dev/null || { echo "bench-node.sh: the file system has no journal" >&2; exit 1; }
 echo "journaled ext4 on $(findmnt -n -o SOURCE "$mnt"); nodes: $nodes; A/B ${AB:-1} ($pairs pairs), scaling ${SCALE:-1} (sizes $sizes, $scale_runs runs each); load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.1f\n", (a[NR/2]+a[NR/2+1])/2}'; }

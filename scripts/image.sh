@@ -15,7 +15,7 @@ tag=${1:-kubelet-rehash:$version}
 bin=${KUBELET_REHASH_BIN:-${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-musl/dist/kubelet-rehash}
 [ -x "$bin" ] || { echo "image.sh: no binary at $bin: run scripts/release.sh first" >&2; exit 1; }
 # An image without a libc or loader can only hold a static binary.
-if readelf -lW "$bin" | grep -q INTERP || readelf -dW "$bin" | grep -q '(NEEDED)'; then
+if readelf -lW "$bin" | grep INTERP >/dev/null || readelf -dW "$bin" | grep '(NEEDED)' >/dev/null; then
     echo "image.sh: $bin is dynamically linked: it cannot run in a FROM scratch image" >&2
     exit 1
 fi

@@ -61,9 +61,9 @@ bins="kubelet"
 stamped() { # binary version: built, and says it is that version
     [ -x "$1" ] || return 1
     if [ "${1##*/}" = kubectl ] || [ "${1##*/}" = kubectl.tmp ]; then
-        "$1" version --client -o json 2>/dev/null | grep -q "\"gitVersion\": \"v$2\""
+        "$1" version --client -o json 2>/dev/null | grep "\"gitVersion\": \"v$2\"" >/dev/null
     else
-        "$1" --version 2>/dev/null | grep -q "v$2\$"
+        "$1" --version 2>/dev/null | grep "v$2\$" >/dev/null
     fi
 }
 all_stamped() { # (BUILD-INFO is written last: a build cut short has none)

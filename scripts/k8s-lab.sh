@@ -97,9 +97,9 @@ stamped() { # binary version: built, and says it is that version
     [ -x "$1" ] || return 1
     if [ "${1##*/}" = kubectl ]; then
         # (JSON: before 1.28 the plain output is a Go struct that does not end in the version)
-        "$1" version --client -o json 2>/dev/null | grep -q "\"gitVersion\": \"v$2\""
+        "$1" version --client -o json 2>/dev/null | grep "\"gitVersion\": \"v$2\"" >/dev/null
     else
-        "$1" --version 2>/dev/null | grep -q "v$2\$"
+        "$1" --version 2>/dev/null | grep "v$2\$" >/dev/null
     fi
 }
 
@@ -328,7 +328,7 @@ free_port() { # VAR: a port nothing uses and this run has not handed out yet (no
     while :; do
         p=$((20000 + RANDOM % 20000))
         case "$taken_ports" in *" $p "*) continue ;; esac
-        ss -Htan "sport = :$p" | grep -q . || { taken_ports="$taken_ports$p "; printf -v "$1" '%s' "$p"; return; }
+        ss -Htan "sport = :$p" | grep . >/dev/null || { taken_ports="$taken_ports$p "; printf -v "$1" '%s' "$p"; return; }
     done
 }
 

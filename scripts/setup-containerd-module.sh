@@ -26,7 +26,7 @@ log() { echo "setup-containerd-module: $*" >&2; }
 built() { # dir version
     local b
     for b in containerd ctr containerd-shim-runc-v2; do [ -x "$1/usr/bin/$b" ] || return 1; done
-    "$1/usr/bin/containerd" --version 2>/dev/null | grep -q " v$2 "
+    "$1/usr/bin/containerd" --version 2>/dev/null | grep " v$2 " >/dev/null
 }
 
 for v in "${versions[@]}"; do

@@ -66,7 +66,7 @@ log "CNI plugins in $cni/bin: $(ls "$cni/bin" | tr '\n' ' ')"
 docker_ver=26.1.5
 docker_debver=26.1.5+dfsg1-9+deb13u1+b1
 docker_dir="$cache/runtimes/docker-$docker_ver"
-docker_ok() { "$docker_dir/usr/sbin/dockerd" --version 2>/dev/null | grep -q "version $docker_ver"; }
+docker_ok() { "$docker_dir/usr/sbin/dockerd" --version 2>/dev/null | grep "version $docker_ver" >/dev/null; }
 if ! docker_ok; then
     . "$here/scripts/apt-private.sh"
     apt_private_init trixie
@@ -96,7 +96,7 @@ echo "$tarball_sha256  $tarball" | sha256sum -c --quiet - \
 # stamped here the way the Makefile does (cri-dockerd --version then prints "0.4.1").
 ldflags="-s -w -X github.com/Mirantis/cri-dockerd/cmd/version.Version=$version -X github.com/Mirantis/cri-dockerd/cmd/version.GitCommit=v$version"
 stamp="$tarball_sha256 $(go version) $ldflags cgo=0"
-bin_ok() { [ -x "$out/bin/cri-dockerd" ] && "$out/bin/cri-dockerd" --version 2>&1 | grep -q "$version"; }
+bin_ok() { [ -x "$out/bin/cri-dockerd" ] && "$out/bin/cri-dockerd" --version 2>&1 | grep "$version" >/dev/null; }
 if bin_ok && [ "$(cat "$out/STAMP" 2>/dev/null)" = "$stamp" ]; then
     log "$out/bin is up to date: $("$out/bin/cri-dockerd" --version 2>&1 | head -1)"
     exit 0

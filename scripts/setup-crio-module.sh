@@ -54,7 +54,7 @@ built() { # dir version
     local b
     for b in crio copyimg pinns; do [ -x "$1/usr/bin/$b" ] || return 1; done
     # 1.30 prints "Version:  X", 1.36 prints "crio version X"
-    "$1/usr/bin/crio" --version 2>/dev/null | grep -qE "^(crio version|Version:) +$2$"
+    "$1/usr/bin/crio" --version 2>/dev/null | grep -E "^(crio version|Version:) +$2$" >/dev/null
 }
 
 for v in "${versions[@]}"; do

@@ -42,7 +42,7 @@ stamp() { echo "${1#v}"; }
 built() { # dir version
     local b
     for b in dockerd docker-proxy; do [ -x "$1/usr/bin/$b" ] || return 1; done
-    "$1/usr/bin/dockerd" --version 2>/dev/null | grep -q "^Docker version $(stamp "$2"),"
+    "$1/usr/bin/dockerd" --version 2>/dev/null | grep "^Docker version $(stamp "$2")," >/dev/null
 }
 
 for v in "${versions[@]}"; do

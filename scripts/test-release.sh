@@ -51,15 +51,15 @@ for arch in amd64 arm64; do
     [ -x "$b" ] || fail "$name: the binary is not executable"
 
     # static: no shared library needed, no program interpreter (dynamic loader) requested
-    if readelf -dW "$b" | grep -q '(NEEDED)'; then
+    if readelf -dW "$b" | grep '(NEEDED)' >/dev/null; then
         fail "$name: the binary needs shared libraries: $(readelf -dW "$b" | grep NEEDED)"
     fi
-    if readelf -lW "$b" | grep -q 'INTERP'; then
+    if readelf -lW "$b" | grep 'INTERP' >/dev/null; then
         fail "$name: the binary asks for a program interpreter: $(readelf -lW "$b" | grep -A1 INTERP)"
     fi
     desc=$(file -b "$b")
     [[ $desc == *"static-pie linked"* || $desc == *"statically linked"* ]] || fail "$name: file(1) says: $desc"
-    readelf -hW "$b" | grep -q "Machine: *${machine[$arch]}" || fail "$name: not a ${machine[$arch]} binary: $desc"
+    readelf -hW "$b" | grep "Machine: *${machine[$arch]}" >/dev/null || fail "$name: not a ${machine[$arch]} binary: $desc"
     if grep -q -a KUBELET_REHASH_CRASH_AT "$b"; then
         fail "$name: the release binary contains the crash-injection path"
     fi
