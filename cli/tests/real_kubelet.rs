@@ -40,6 +40,8 @@ use testtools::containerd::run_ok as sh;
 #[path = "real_kubelet/node_fixture.rs"]
 mod node_fixture;
 mod under_test;
+#[path = "real_kubelet/watch.rs"]
+mod watch;
 
 /// Whether kubectl's error output is one an API server gives while overloaded or restarting,
 /// not an answer about the object read.
@@ -417,6 +419,17 @@ struct Window {
     first_unknown_unix_ms: Option<u64>,
     /// The Ready condition over the window: (ever True, ever not True).
     ready_true_and_not: (bool, bool),
+    /// The longest time between two polls, seconds (the watches cover what falls between).
+    largest_gap_s: f64,
+    /// Changes the watches reported: the Node, the Service's endpoints.
+    node_events: usize,
+    endpoint_events: usize,
+    /// Renewals of the node's Lease seen by its watch, and the longest time without one
+    /// (from the window's start to its end), seconds.
+    lease_renewals: usize,
+    largest_lease_gap_s: f64,
+    /// Why a watch did not cover the window, if one did not.
+    watch_failure: Option<String>,
 }
 
 /// Node Ready and the Service's ready endpoints, every 100 ms, through curl with the lab's
@@ -425,19 +438,19 @@ struct Sampler {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<Sample>>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    t0: Instant,
+    /// The Node, its Lease and the Service's endpoints, watched (see watch.rs).
+    node_watch: watch::Watch,
+    lease_watch: watch::Watch,
+    endpoints_watch: watch::Watch,
+    endpoint_slices: bool,
 }
 
 impl Sampler {
     fn start(lab: &Lab) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(Vec::new()));
-        let pki = lab.dir.join("pki");
-        let kubeconfig = std::fs::read_to_string(lab.var("KUBECONFIG")).unwrap();
-        let server = kubeconfig
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .unwrap()
-            .to_string();
+        let curl = watch::AdminCurl::of(&lab.dir, Path::new(lab.var("KUBECONFIG")));
         let node = lab.var("NODE").to_string();
         // discovery.k8s.io/v1 is served from 1.21; before it the Endpoints object (1.16's
         // EndpointSlices are alpha and off), whose `addresses` are the ready ones
@@ -448,22 +461,34 @@ impl Sampler {
             .unwrap()
             .parse()
             .unwrap();
+        let t0 = Instant::now();
+        let by_name = format!("fieldSelector=metadata.name%3D{node}");
+        let node_watch = watch::Watch::start(&curl, "/api/v1/nodes", &by_name, t0);
+        let lease_watch = watch::Watch::start(
+            &curl,
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+            &by_name,
+            t0,
+        );
+        let endpoint_slices = cp_minor >= 21;
+        let endpoints_watch = if endpoint_slices {
+            watch::Watch::start(
+                &curl,
+                "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+                "labelSelector=kubernetes.io%2Fservice-name%3Dweb",
+                t0,
+            )
+        } else {
+            watch::Watch::start(
+                &curl,
+                "/api/v1/namespaces/default/endpoints",
+                "fieldSelector=metadata.name%3Dweb",
+                t0,
+            )
+        };
         let (st, sa) = (stop.clone(), samples.clone());
         let thread = std::thread::spawn(move || {
-            let t0 = Instant::now();
-            let get = |path: &str| -> Option<Value> {
-                let o = Command::new("curl")
-                    .args(["-sf", "--max-time", "2", "--cacert"])
-                    .arg(pki.join("ca.crt"))
-                    .arg("--cert")
-                    .arg(pki.join("admin.crt"))
-                    .arg("--key")
-                    .arg(pki.join("admin.key"))
-                    .arg(format!("{server}{path}"))
-                    .output()
-                    .ok()?;
-                serde_json::from_slice(&o.stdout).ok()
-            };
+            let get = |path: &str| curl.get(path);
             while !st.load(Ordering::SeqCst) {
                 let tick = Instant::now();
                 let n = get(&format!("/api/v1/nodes/{node}"));
@@ -525,44 +550,107 @@ impl Sampler {
             stop,
             samples,
             thread: Some(thread),
+            t0,
+            node_watch,
+            lease_watch,
+            endpoints_watch,
+            endpoint_slices,
         }
     }
 
     fn finish(mut self) -> Window {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.take().unwrap().join().unwrap();
-        let s = self.samples.lock().unwrap();
-        let lasting = |pred: &dyn Fn(&Sample) -> bool| -> f64 {
-            s.windows(2)
-                .filter(|w| pred(&w[0]))
-                .map(|w| w[1].t - w[0].t)
-                .fold(0.0, |a, b| a + b)
+        let end = self.t0.elapsed().as_secs_f64();
+        let s = std::mem::take(&mut *self.samples.lock().unwrap());
+        let mut watch_failure = None;
+        let mut watched = |w: watch::Watch| {
+            w.finish().unwrap_or_else(|e| {
+                watch_failure.get_or_insert(e);
+                Vec::new()
+            })
         };
+        let node_events = watched(self.node_watch);
+        let lease_events = watched(self.lease_watch);
+        let endpoint_events = watched(self.endpoints_watch);
+        let node = watch::node_timeline(&node_events);
+        let endpoints = watch::endpoints_timeline(&endpoint_events, self.endpoint_slices);
+        // seconds in a state, by the watch: each state lasts until the next event or the end
+        let watched_s = |pred: &dyn Fn(&str) -> bool| -> f64 {
+            node.iter()
+                .enumerate()
+                .filter(|(_, n)| pred(&n.2))
+                .map(|(i, n)| node.get(i + 1).map_or(end, |m| m.0) - n.0)
+                .sum()
+        };
+        let renewals: Vec<f64> = lease_events
+            .iter()
+            .filter(|e| e.kind == "MODIFIED")
+            .map(|e| e.t)
+            .collect();
+        let largest_lease_gap_s = std::iter::once(0.0)
+            .chain(renewals.iter().copied())
+            .chain(std::iter::once(end))
+            .collect::<Vec<f64>>()
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .fold(0.0, f64::max);
+        // (the last sample's state lasts to the window's end)
+        let lasting = |pred: &dyn Fn(&Sample) -> bool| -> f64 {
+            s.iter()
+                .enumerate()
+                .filter(|(_, x)| pred(x))
+                .map(|(i, x)| s.get(i + 1).map_or(end, |n| n.t) - x.t)
+                .sum()
+        };
+        // every figure is the worse of what the polls and the watches saw
         Window {
             samples: s.len(),
             failed: s
                 .iter()
                 .filter(|x| x.ready.is_none() || x.endpoints.is_none())
                 .count(),
-            not_ready_s: lasting(&|x| x.ready.as_ref().is_some_and(|r| r.0 != "True")),
-            unknown_s: lasting(&|x| x.ready.as_ref().is_some_and(|r| r.0 == "Unknown")),
+            not_ready_s: lasting(&|x| x.ready.as_ref().is_some_and(|r| r.0 != "True"))
+                .max(watched_s(&|st| st != "True")),
+            unknown_s: lasting(&|x| x.ready.as_ref().is_some_and(|r| r.0 == "Unknown"))
+                .max(watched_s(&|st| st == "Unknown")),
             reasons: s
                 .iter()
                 .filter_map(|x| x.ready.as_ref().filter(|r| r.0 != "True"))
                 .map(|r| format!("{}: {}", r.0, r.1))
+                .chain(
+                    node.iter()
+                        .filter(|n| n.2 != "True")
+                        .map(|n| format!("{}: {}", n.2, n.3)),
+                )
                 .collect(),
-            tainted: s.iter().any(|x| x.unreachable),
-            fewest_endpoints: s.iter().filter_map(|x| x.endpoints).min().unwrap_or(0),
+            tainted: s.iter().any(|x| x.unreachable) || node.iter().any(|n| n.4),
+            fewest_endpoints: s
+                .iter()
+                .filter_map(|x| x.endpoints)
+                .chain(endpoints.iter().map(|e| e.1))
+                .min()
+                .unwrap_or(0),
             first_unknown_unix_ms: s
                 .iter()
-                .find(|x| x.ready.as_ref().is_some_and(|r| r.0 == "Unknown"))
-                .map(|x| x.unix_ms),
+                .filter(|x| x.ready.as_ref().is_some_and(|r| r.0 == "Unknown"))
+                .map(|x| x.unix_ms)
+                .chain(node.iter().filter(|n| n.2 == "Unknown").map(|n| n.1))
+                .min(),
             ready_true_and_not: (
                 s.iter()
-                    .any(|x| x.ready.as_ref().is_some_and(|r| r.0 == "True")),
+                    .any(|x| x.ready.as_ref().is_some_and(|r| r.0 == "True"))
+                    || node.iter().any(|n| n.2 == "True"),
                 s.iter()
-                    .any(|x| x.ready.as_ref().is_some_and(|r| r.0 != "True")),
+                    .any(|x| x.ready.as_ref().is_some_and(|r| r.0 != "True"))
+                    || node.iter().any(|n| n.2 != "True"),
             ),
+            largest_gap_s: s.windows(2).map(|w| w[1].t - w[0].t).fold(0.0, f64::max),
+            node_events: node_events.len(),
+            endpoint_events: endpoint_events.len(),
+            lease_renewals: renewals.len(),
+            largest_lease_gap_s,
+            watch_failure,
         }
     }
 }
@@ -578,6 +666,16 @@ fn held(w: &Window, what: &str) {
     assert!(
         w.failed * 10 < w.samples,
         "{what}: most samples answered ({w:?})"
+    );
+    assert!(
+        w.watch_failure.is_none() && w.node_events > 0 && w.endpoint_events > 0,
+        "{what}: the Node, its Lease and the Service's endpoints were watched through the window ({w:?})"
+    );
+    // the node's heartbeat never lapsed for the shortest grace period (40 s): the kubelet's
+    // own renewals every 10 s, or the hold's while it is down
+    assert!(
+        w.lease_renewals == 0 || w.largest_lease_gap_s < 40.0,
+        "{what}: the node's Lease was renewed at least every 40 s ({w:?})"
     );
     assert_eq!(
         w.unknown_s, 0.0,
@@ -1378,6 +1476,9 @@ struct Row {
     fewest_endpoints: (usize, usize, usize),
     /// The same kubelet restarted alone: Ready not True s, fewest ready endpoints.
     baseline: (f64, usize),
+    /// Over the four windows: the longest time between two polls, s; the changes the
+    /// watches reported (Node, endpoints) and the Lease renewals.
+    watched: (f64, usize, usize, usize),
     kubelet_down_s: (f64, f64),
 }
 
@@ -1793,7 +1894,11 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
     // versions, the control restarts every container the node runs (the tool none, above);
     // where it says none changes, only the static pod whose derived UID may move.
     let golden_pair = GoldenPair::of(from, to);
-    let every: BTreeSet<String> = before_ctl.keys().cloned().collect();
+    // (a native sidecar, an init container with restartPolicy Always, is compared by its hash
+    // only from kubelet 1.32: computeInitContainerActions restarts it on a changed spec from
+    // then on; before, it runs on whatever its hash)
+    let compared = |k: &String| !(k.ends_with("/side") && minor < 32);
+    let every: BTreeSet<String> = before_ctl.keys().filter(|k| compared(k)).cloned().collect();
     if golden_pair.every_spec_changes() {
         assert_eq!(
             ctl_restarted.iter().filter(|k| !derived(k)).collect::<Vec<_>>(),
@@ -1981,6 +2086,16 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
             w_ctl.fewest_endpoints,
         ),
         baseline: (w_base.not_ready_s, w_base.fewest_endpoints),
+        watched: [&up.window, &back.window, &w_ctl, &w_base]
+            .iter()
+            .fold((0.0, 0, 0, 0), |a, w| {
+                (
+                    f64::max(a.0, w.largest_gap_s),
+                    a.1 + w.node_events,
+                    a.2 + w.endpoint_events,
+                    a.3 + w.lease_renewals,
+                )
+            }),
         kubelet_down_s: (
             up.state["kubelet_down_ms"].as_f64().unwrap_or(f64::NAN) / 1e3,
             back.state["kubelet_down_ms"].as_f64().unwrap_or(f64::NAN) / 1e3,
@@ -2745,10 +2860,10 @@ fn the_real_kubelet_adopts_every_container_kubelet_rehash_rewrote() {
 /// `REAL_KUBELET_GOLDEN`, the golden lines so far: a later pair that fails keeps what the
 /// earlier ones showed.
 fn report(rows: &[Row], golden: &[Value]) {
-    let mut md = String::from("| pair | runtime | running containers | golden specs whose hash changes | restarted without the tool (plan: expected) | restarted with it (plan: restart anyway) | restarted backing out | node Unknown / tainted | Ready not True s, up / back / control / kubelet restart alone | fewest ready endpoints of 3, up / back / control / kubelet restart alone | kubelet down s, up / back |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut md = String::from("| pair | runtime | running containers | golden specs whose hash changes | restarted without the tool (plan: expected) | restarted with it (plan: restart anyway) | restarted backing out | node Unknown / tainted | Ready not True s, up / back / control / kubelet restart alone | fewest ready endpoints of 3, up / back / control / kubelet restart alone | kubelet down s, up / back | longest gap between polls s; watched changes of the Node / endpoints, Lease renewals |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} ({}) | {} ({}) | {} | never | {:.1} / {:.1} / {:.1} / {:.1} | {} / {} / {} / {} | {:.1} / {:.1} |\n",
+            "| {} | {} | {} | {} | {} ({}) | {} ({}) | {} | never | {:.1} / {:.1} / {:.1} / {:.1} | {} / {} / {} / {} | {:.1} / {:.1} | {:.1}; {} / {}, {} |\n",
             r.pair,
             r.runtime,
             r.containers,
@@ -2767,7 +2882,11 @@ fn report(rows: &[Row], golden: &[Value]) {
             r.fewest_endpoints.2,
             r.baseline.1,
             r.kubelet_down_s.0,
-            r.kubelet_down_s.1
+            r.kubelet_down_s.1,
+            r.watched.0,
+            r.watched.1,
+            r.watched.2,
+            r.watched.3
         ));
     }
     md.push_str("\nWindows longer than the grace period (issue 37): the runtime's stop or start sleeps past it; sampled every 100 ms from the kubelet's stop to the new kubelet's Ready.\n\n| pair | window | kubelet down s | node Ready | unreachable taint | fewest ready endpoints of 3 | pods evicted | renewals | hold ended |\n|---|---|---|---|---|---|---|---|---|\n");
