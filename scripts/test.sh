@@ -102,13 +102,22 @@ wait_lane() {
     [ "$rc" = 0 ] || { echo "test.sh: lane $name failed (exit $rc)" >&2; return 1; }
 }
 
+# kill_tree PID: SIGTERM to PID and every descendant, children first. A lane's builds are
+# grandchildren and further (lane -> stage -> k8s-lab.sh -> go build): signalling the lane's
+# children alone left a Kubernetes build running after a failed run, and the next run waited
+# for its lock.
+kill_tree() {
+    local c
+    for c in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$c"; done
+    kill -TERM "$1" 2>/dev/null || true
+}
+
 finish() {
     local rc=$?
     for p in "${lane_pids[@]}"; do
         if kill -0 "$p" 2>/dev/null; then
             echo "test.sh: stopping lane pid $p (the run is ending with exit $rc)" >&2
-            pkill -TERM -P "$p" 2>/dev/null || true
-            kill -TERM "$p" 2>/dev/null || true
+            kill_tree "$p"
         fi
     done
     print_timings
