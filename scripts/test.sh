@@ -102,14 +102,16 @@ wait_lane() {
     [ "$rc" = 0 ] || { echo "test.sh: lane $name failed (exit $rc)" >&2; return 1; }
 }
 
-# kill_tree PID: SIGTERM to PID and every descendant, children first. A lane's builds are
+# kill_tree PID: SIGTERM to PID, then to every descendant (each parent before its children,
+# whose list is taken first, so that no parent starts a next step). A lane's builds are
 # grandchildren and further (lane -> stage -> k8s-lab.sh -> go build): signalling the lane's
 # children alone left a Kubernetes build running after a failed run, and the next run waited
 # for its lock.
 kill_tree() {
-    local c
-    for c in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$c"; done
+    local c kids
+    kids=$(pgrep -P "$1" 2>/dev/null || true)
     kill -TERM "$1" 2>/dev/null || true
+    for c in $kids; do kill_tree "$c"; done
 }
 
 finish() {
