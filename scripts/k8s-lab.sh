@@ -6,7 +6,7 @@
 # certificate (system:node:<name>). For people and for the tests (cli/tests/real_kubelet.rs):
 #
 #   k8s-lab.sh build [--kubelet-only] VERSION...     build into the cache; prints the dir last
-#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd|crio|docker] [--dir DIR]
+#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd|crio|docker] [--feature-gates A=true,...] [--dir DIR]
 #                                                    start everything; prints `export` lines
 #   k8s-lab.sh stop-kubelet|start-kubelet|stop-runtime|start-runtime --dir DIR
 #                                                    what `kubelet-rehash upgrade` is given
@@ -745,8 +745,22 @@ syncFrequency: 10s
 fileCheckFrequency: 5s
 serializeImagePulls: false
 $extra
+$(feature_gates_yaml)
 EOF
 }
+
+# The lab's feature gates (`up --feature-gates A=true,B=false`), as the kubelet configuration's
+# `featureGates` map; nothing when none is given (each version's defaults).
+feature_gates_yaml() {
+    [ -n "${feature_gates:-}" ] || return 0
+    echo "featureGates:"
+    local g gates
+    IFS=, read -ra gates <<<"$feature_gates"
+    for g in "${gates[@]}"; do echo "  ${g%%=*}: ${g#*=}"; done
+}
+
+# `--feature-gates=...` for the control plane's components, when the lab has gates.
+feature_gates_flag() { [ -z "${feature_gates:-}" ] || echo "--feature-gates=$feature_gates"; }
 
 kubelet_cmd() {
     # Docker: the runtime flags come from the flags file, as kubeadm's unit reads it
@@ -802,9 +816,11 @@ runtime_answers() {
 cmd_up() {
     local kubelet_v="" cp_v="" runtime=containerd
     dir=""
+    feature_gates=""
     while [ $# -gt 0 ]; do
         case "$1" in
             --kubelet) kubelet_v="$2"; shift 2 ;;
+            --feature-gates) feature_gates="$2"; shift 2 ;;
             --control-plane) cp_v="$2"; shift 2 ;;
             --runtime) runtime="$2"; shift 2 ;;
             --dir) dir="$2"; shift 2 ;;
@@ -897,6 +913,7 @@ docker_bin=$docker_bin
 cri_dockerd=$cri_dockerd
 cni_dir=$cni_dir
 docker_version=$docker_version
+feature_gates=$feature_gates
 EOF
     # an `up` that fails stops what it started (a caller that gets no environment back
     # cannot bring the lab down)
@@ -954,7 +971,7 @@ EOF
         --kubelet-certificate-authority "$dir/pki/ca.crt" \
         --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
         --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
-        --allow-privileged=true --endpoint-reconciler-type none $api_audiences
+        --allow-privileged=true --endpoint-reconciler-type none $api_audiences $(feature_gates_flag)
     # (/readyz is from 1.16: 1.15 answers /healthz)
     local ready_path=/readyz
     [ "$(minor_of "$cp_version")" -ge 16 ] || ready_path=/healthz
@@ -970,10 +987,10 @@ EOF
         --bind-address 127.0.0.1 --secure-port "$cm_port" --leader-elect=false \
         --service-account-private-key-file "$dir/pki/sa.key" --root-ca-file "$dir/pki/ca.crt" \
         --use-service-account-credentials=true --cluster-signing-cert-file "$dir/pki/ca.crt" \
-        --cluster-signing-key-file "$dir/pki/ca.key" --controllers '*,bootstrapsigner,tokencleaner' $insecure_off
+        --cluster-signing-key-file "$dir/pki/ca.key" --controllers '*,bootstrapsigner,tokencleaner' $insecure_off $(feature_gates_flag)
     spawn scheduler "$dir/bin/kube-scheduler" --kubeconfig "$dir/scheduler.conf" \
         --authentication-kubeconfig "$dir/scheduler.conf" --authorization-kubeconfig "$dir/scheduler.conf" \
-        --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false $insecure_off
+        --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false $insecure_off $(feature_gates_flag)
 
     log "$runtime (${ctr_bin:-${crio_dir:-$docker_bin}}), CNI bridge $bridge ($pod_subnet)"
     # kubelet 1.15's libcni (0.6) takes results up to 0.3.1 ("unsupported CNI result version
@@ -1035,6 +1052,7 @@ MANIFESTS=$dir/manifests
 KUBECTL=$dir/bin/kubectl
 KUBELET_VERSION=$kubelet_version
 CONTROL_PLANE_VERSION=$cp_version
+FEATURE_GATES=$feature_gates
 EOF
     [ "$runtime" != docker ] || cat <<EOF
 DOCKER_SOCKET=$dir/docker/docker.sock

@@ -73,21 +73,26 @@ struct Lab {
 }
 
 impl Lab {
-    fn up(kubelet: &str, control_plane: &str, runtime: &str, dir: &Path) -> Lab {
+    /// `k8s-lab.sh up`; `gates` are feature gates turned on for the kubelet and the control
+    /// plane (`up --feature-gates`).
+    fn up(kubelet: &str, control_plane: &str, runtime: &str, gates: &[String], dir: &Path) -> Lab {
+        let gates: Vec<String> = gates.iter().map(|g| format!("{g}=true")).collect();
+        let mut c = Command::new(lab_script());
+        c.args([
+            "up",
+            "--kubelet",
+            kubelet,
+            "--control-plane",
+            control_plane,
+            "--runtime",
+            runtime,
+        ]);
+        if !gates.is_empty() {
+            c.args(["--feature-gates", &gates.join(",")]);
+        }
         let out = sh(
-            Command::new(lab_script())
-                .args([
-                    "up",
-                    "--kubelet",
-                    kubelet,
-                    "--control-plane",
-                    control_plane,
-                    "--runtime",
-                    runtime,
-                    "--dir",
-                ])
-                .arg(dir),
-            &format!("k8s-lab.sh up --kubelet {kubelet} --control-plane {control_plane} --runtime {runtime}"),
+            c.arg("--dir").arg(dir),
+            &format!("k8s-lab.sh up --kubelet {kubelet} --control-plane {control_plane} --runtime {runtime} (gates: {gates:?})"),
         );
         let env = out
             .lines()
@@ -800,7 +805,7 @@ spec:
 /// A pod resized in place (the `resize` subresource, on by default from 1.33): created with
 /// cpu 100m/200m, resized to 150m/300m without a restart, and waited for until the kubelet
 /// reports the new limit as actuated. The upgrade must keep it as any other pod.
-fn resize_in_place(lab: &Lab) {
+fn resize_in_place(lab: &Lab, subresource: bool) {
     lab.apply(&idle_pod(
         "name: resized",
         r#"    resizePolicy: [{resourceName: cpu, restartPolicy: NotRequired}]
@@ -814,15 +819,20 @@ fn resize_in_place(lab: &Lab) {
         assert!(Instant::now() < deadline, "the pod to resize never ran");
         std::thread::sleep(Duration::from_secs(1));
     }
-    lab.kubectl(&[
-        "patch",
-        "pod",
-        "resized",
-        "--subresource",
-        "resize",
-        "--patch",
-        r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"150m"},"limits":{"cpu":"300m"}}}]}}"#,
-    ]);
+    let patch = r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"150m"},"limits":{"cpu":"300m"}}}]}}"#;
+    if subresource {
+        lab.kubectl(&[
+            "patch",
+            "pod",
+            "resized",
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ]);
+    } else {
+        lab.kubectl(&["patch", "pod", "resized", "--patch", patch]);
+    }
     loop {
         let p = lab.json(&["get", "pod", "resized"]);
         let actuated = &p["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"];
@@ -840,6 +850,46 @@ fn resize_in_place(lab: &Lab) {
         );
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// The pod resized in place kept its resources through a window: the same container, never
+/// restarted, its resized limit in the pod's status and in its cgroup (cpu 300m: a CFS quota
+/// of 30,000 µs a 100,000 µs period; cgroup v1, as on this machine).
+fn resized_kept(lab: &Lab, what: &str) {
+    let p = lab.json(&["get", "pod", "resized"]);
+    let status = &p["status"]["containerStatuses"][0];
+    assert_eq!(
+        (
+            status["resources"]["limits"]["cpu"].as_str(),
+            status["restartCount"].as_u64()
+        ),
+        (Some("300m"), Some(0)),
+        "{what}: the pod resized in place keeps its resized cpu limit, never restarted: {:#}",
+        p["status"]
+    );
+    let pid = observe(lab)
+        .get("default/resized/main")
+        .and_then(|s| s.pid)
+        .unwrap_or_else(|| panic!("{what}: the resized container runs with a pid"));
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let dir = cgroups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+            ctrls
+                .split(',')
+                .any(|c| c == "cpu")
+                .then(|| format!("/sys/fs/cgroup/{ctrls}{path}"))
+        })
+        .next()
+        .unwrap_or_else(|| panic!("{what}: the resized container's cpu cgroup: {cgroups}"));
+    let quota = std::fs::read_to_string(format!("{dir}/cpu.cfs_quota_us")).unwrap();
+    assert_eq!(
+        quota.trim(),
+        "30000",
+        "{what}: the resized container's cgroup holds the resized cpu limit ({dir})"
+    );
 }
 
 /// What the real kubelet does when the allocation manager's checkpoints of a pod resized in
@@ -1136,8 +1186,9 @@ spec:
     )
 }
 
-/// `ns/pod/container` → hash, from `kubelet-rehash hash -k version` of the pods JSON.
-fn our_hashes(pods: &Path, version: &str) -> BTreeMap<String, String> {
+/// `ns/pod/container` → (hash, hashWithoutResources where the version has one), from
+/// `kubelet-rehash hash -k version` of the pods JSON.
+fn our_hashes(pods: &Path, version: &str) -> BTreeMap<String, (String, Option<String>)> {
     let out = sh(
         Command::new(bin()).args(["hash", "-k", version]).arg(pods),
         "kubelet-rehash hash",
@@ -1147,7 +1198,10 @@ fn our_hashes(pods: &Path, version: &str) -> BTreeMap<String, String> {
         .map(|v| {
             (
                 v["id"].as_str().unwrap().to_string(),
-                v["hash"].as_str().unwrap().to_string(),
+                (
+                    v["hash"].as_str().unwrap().to_string(),
+                    v["hash_without_resources"].as_str().map(str::to_string),
+                ),
             )
         })
         .collect()
@@ -1202,16 +1256,40 @@ fn fidelity(lab: &Lab, version: &str, which: &dyn Fn(&str) -> bool, what: &str) 
             continue;
         }
         let stored = &c.annotations["io.kubernetes.container.hash"];
-        assert_eq!(
-            Some(stored),
-            ours.get(&key),
-            "{what}: the hash kubelet {version} stored for {key} ({}) is what kubelet-rehash hash computes from the spec the API server serves",
-            c.id
-        );
+        let (hash, without_resources) = &ours[&key];
+        // A container resized in place (1.27-1.30 with InPlacePodVerticalScaling) holds the
+        // hash of the spec it was created from, before the resize; the kubelet keeps it by its
+        // hashWithoutResources, which is judged instead (and must then be stored).
+        let stored_wr = c
+            .annotations
+            .get("io.kubernetes.container.hashWithoutResources");
+        let by_wr = key == "default/resized/main"
+            && stored != hash
+            && without_resources.is_some()
+            && stored_wr.is_some();
+        if by_wr {
+            assert_eq!(
+                stored_wr,
+                without_resources.as_ref(),
+                "{what}: the hashWithoutResources kubelet {version} stored for {key} ({}), resized in place, is what kubelet-rehash hash computes from the spec the API server serves",
+                c.id
+            );
+        } else {
+            assert_eq!(
+                stored,
+                hash,
+                "{what}: the hash kubelet {version} stored for {key} ({}) is what kubelet-rehash hash computes from the spec the API server serves",
+                c.id
+            );
+        }
         checked += 1;
-        pairs.push(serde_json::json!({
-            "version": version, "id": key, "container": specs[&key], "hash": stored
-        }));
+        // (a golden line pairs a spec with its hash: the resized container's hash is of
+        // another spec, the one before the resize)
+        if !by_wr {
+            pairs.push(serde_json::json!({
+                "version": version, "id": key, "container": specs[&key], "hash": stored
+            }));
+        }
     }
     assert!(checked > 0, "{what}: no container was checked");
     pairs
@@ -1715,7 +1793,11 @@ fn static_derived_kept(lab: &Lab, up: &WithTool, pair: &str) {
     );
 }
 
-fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut Vec<Value>) -> Row {
+fn run_pair(
+    (runtime, from, to, gates): (&str, &str, &str, &[String]),
+    failsafes: bool,
+    golden: &mut Vec<Value>,
+) -> Row {
     let minor: u32 = to.split('.').nth(1).unwrap().parse().unwrap();
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("lab");
@@ -1723,7 +1805,7 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
     std::fs::create_dir(&state_dir).unwrap();
     let new_kubelet = built_kubelet(to);
     let old_kubelet = built_kubelet(from);
-    let lab = Lab::up(from, to, runtime, &dir);
+    let lab = Lab::up(from, to, runtime, gates, &dir);
     let from_v = lab.var("KUBELET_VERSION").to_string();
     let to_v = lab.var("CONTROL_PLANE_VERSION").to_string();
     // (the old kubelet runs them: a native sidecar only where it knows one, not a 1.28 kubelet
@@ -1745,15 +1827,22 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
     )
     .unwrap();
     wait_settled(&lab, &from_v, "before");
-    if from_minor >= 33 {
-        resize_in_place(&lab);
+    // a pod resized in place: from 1.33 through the `resize` subresource (beta, on by default);
+    // 1.27-1.32 with the InPlacePodVerticalScaling gate, by patching the pod's spec, and then
+    // the kubelet keeps the container by its hashWithoutResources (1.27-1.30), the hash the
+    // back-out must get right
+    let ippvs = gates.iter().any(|g| g == "InPlacePodVerticalScaling");
+    let resized = from_minor >= 33 || (ippvs && from_minor >= 27);
+    if resized {
+        resize_in_place(&lab, from_minor >= 33);
         wait_settled(&lab, &from_v, "after the resize");
     }
     // the kubelet's readiness and the endpoint controller have caught up
     std::thread::sleep(Duration::from_secs(5));
+    let gated: String = gates.iter().map(|g| format!(" +{g}")).collect();
     let pair = match runtime {
-        "containerd" => format!("{from} → {to}"),
-        other => format!("{from} → {to} ({other})"),
+        "containerd" => format!("{from} → {to}{gated}"),
+        other => format!("{from} → {to}{gated} ({other})"),
     };
 
     // fidelity of the old kubelet: every container it created
@@ -1816,6 +1905,9 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
         switched_to_cri_dockerd(&lab, &up, &pair);
     }
     static_derived_kept(&lab, &up, &pair);
+    if resized {
+        resized_kept(&lab, &format!("{pair}: after the upgrade"));
+    }
     // our rewritten hashes are what the real new kubelet computes (else it had restarted them)
     fidelity(
         &lab,
@@ -1833,6 +1925,10 @@ fn run_pair(runtime: &str, from: &str, to: &str, failsafes: bool, golden: &mut V
         &pair,
         "back-out",
     );
+
+    if resized {
+        resized_kept(&lab, &format!("{pair}: after the back-out"));
+    }
 
     // ---- control: the new kubelet without the tool ----
     // The node as it was before the tool: the static pod's manifest without the UID `upgrade`
@@ -2767,15 +2863,18 @@ const UNBUILDABLE: &[(u32, &str)] = &[(
 /// plane of its target. 1.8-1.14 predate Go modules (docs/lab.md says how far they got).
 const OLDEST_DOCKERSHIM_MINOR: u32 = 15;
 
-/// `[RUNTIME:]FROM-TO` pairs (runtime `containerd`, `crio`, or `docker`: from a kubelet ≤ 1.23
-/// on its dockershim).
-fn pairs() -> Vec<(String, String, String)> {
+/// `[RUNTIME:]FROM-TO[+GATE...]` pairs (runtime `containerd`, `crio`, or `docker`: from a
+/// kubelet ≤ 1.23 on its dockershim; each `+GATE` a feature gate turned on in the kubelet and
+/// the control plane, as `1.30-1.31+InPlacePodVerticalScaling`).
+fn pairs() -> Vec<(String, String, String, Vec<String>)> {
     let spec = std::env::var("LAB_PAIRS").unwrap_or_else(|_| "default".into());
     let list = match spec.as_str() {
         // 1.15 -> 1.16 on Docker: the oldest pair the lab builds, where every container's
         // hash changes (the Container struct grew and 1.16 changed how the hash is taken)
+        // 1.30 -> 1.31 with InPlacePodVerticalScaling: a pod resized in place on 1.30, which
+        // the back-out must leave to 1.30's hashWithoutResources (the gate is alpha there)
         "default" => {
-            "1.30-1.31,crio:1.30-1.31,docker:1.23-1.24,docker:1.15-1.16,1.36-1.37".to_string()
+            "1.30-1.31+InPlacePodVerticalScaling,crio:1.30-1.31,docker:1.23-1.24,docker:1.15-1.16,1.36-1.37".to_string()
         }
         "all" => {
             let out = sh(
@@ -2825,8 +2924,18 @@ fn pairs() -> Vec<(String, String, String)> {
     list.split(',')
         .map(|p| {
             let (runtime, p) = p.split_once(':').unwrap_or(("containerd", p));
-            let (a, b) = p.split_once('-').expect("LAB_PAIRS: [RUNTIME:]FROM-TO,...");
-            (runtime.to_string(), a.to_string(), b.to_string())
+            let mut parts = p.split('+');
+            let (a, b) = parts
+                .next()
+                .unwrap()
+                .split_once('-')
+                .expect("LAB_PAIRS: [RUNTIME:]FROM-TO[+GATE...],...");
+            (
+                runtime.to_string(),
+                a.to_string(),
+                b.to_string(),
+                parts.map(str::to_string).collect(),
+            )
         })
         .collect()
 }
@@ -2842,10 +2951,10 @@ fn the_real_kubelet_adopts_every_container_kubelet_rehash_rewrote() {
     let mut golden = Vec::new();
     let pairs = pairs();
     let last = pairs.len().saturating_sub(1);
-    for (i, (runtime, from, to)) in pairs.into_iter().enumerate() {
+    for (i, (runtime, from, to, gates)) in pairs.into_iter().enumerate() {
         let started = Instant::now();
         // the hold's fail-safes once, on the last pair
-        let row = run_pair(&runtime, &from, &to, i == last, &mut golden);
+        let row = run_pair((&runtime, &from, &to, &gates), i == last, &mut golden);
         eprintln!(
             "real kubelet {}: {:.0} s",
             row.pair,
