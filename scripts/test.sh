@@ -132,7 +132,9 @@ trap finish EXIT
 # ---- lane "k8s": the real node's builds -------------------------------------------------------
 # Kubelets and control planes built from Kubernetes' own Go modules by scripts/k8s-lab.sh,
 # cached by version in $cache/k8s/<version>/ (a cold build is about 4-6 min a version here).
-# The pairs CI runs: 1.30 -> 1.31 (every container's hash changes) on containerd and on CRI-O
+# The pairs CI runs: 1.30 -> 1.31 (every container's hash changes; on containerd with the
+# InPlacePodVerticalScaling gate and a pod resized in place, judged by its hashWithoutResources)
+# on containerd and on CRI-O
 # 1.30.14 (scripts/setup-crio.sh), 1.23 -> 1.24 on Docker with the dockershim -> cri-dockerd
 # switch (dockerd 26.1.5 and cri-dockerd 0.4.1 from scripts/setup-cri-dockerd.sh), 1.15 -> 1.16
 # on Docker 20.10 (Debian 12's; every hash changes: the oldest pair the lab builds, with the Go
