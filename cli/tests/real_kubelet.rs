@@ -1542,6 +1542,9 @@ struct Row {
     containers: usize,
     /// What the golden set says of the pair: how many of its specs hash differently.
     golden: String,
+    /// Docker pairs across 1.24: the switch without the tool from a fresh dockershim node,
+    /// (containers, restarted).
+    fresh_control: Option<(usize, usize)>,
     control_restarted: usize,
     control_expected: usize,
     tool_restarted: usize,
@@ -1757,6 +1760,69 @@ fn switched_to_cri_dockerd(lab: &Lab, up: &WithTool, pair: &str) {
             c.pod_sandbox_id
         );
     }
+}
+
+/// The dockershim → cri-dockerd switch without the tool, from a fresh dockershim node (issue
+/// 55): the pair's own control runs after the tool's upgrade and back-out, on a node already
+/// switched to cri-dockerd, so it never shows what the switch does by itself. Here a new lab
+/// runs `from` on its dockershim, and the node is switched by hand as an operator without
+/// kubelet-rehash would: kubelet and dockerd stopped (live-restore keeps the containers), the
+/// kubelet flags file pointed at cri-dockerd, the new kubelet installed, dockerd and
+/// cri-dockerd started (no dockershim checkpoint is converted), the new kubelet started.
+/// Returns (containers running, restarted), and asserts what the golden set says: where every
+/// spec hashes alike under the two versions, nothing restarts.
+fn fresh_dockershim_control(
+    from: &str,
+    to: &str,
+    new_kubelet: &Path,
+    pair: &str,
+) -> (usize, usize) {
+    let t = tempfile::tempdir().unwrap();
+    let lab = Lab::up(from, to, "docker", &[], &t.path().join("lab"));
+    let from_v = lab.var("KUBELET_VERSION").to_string();
+    let to_v = lab.var("CONTROL_PLANE_VERSION").to_string();
+    let from_minor: u32 = from.split('.').nth(1).unwrap().parse().unwrap();
+    lab.apply(&workloads(from_minor));
+    wait_settled(&lab, &from_v, &format!("{pair}: fresh dockershim node"));
+    std::thread::sleep(Duration::from_secs(5));
+    let before = observe(&lab);
+    for verb in ["stop-kubelet", "stop-runtime"] {
+        sh(Command::new("sh").arg("-c").arg(lab.lab(verb)), verb);
+    }
+    std::fs::write(
+        lab.var("KUBELET_FLAGS_FILE"),
+        format!(
+            "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint={}\"\n",
+            lab.var("CRI_DOCKERD_ENDPOINT")
+        ),
+    )
+    .unwrap();
+    sh(
+        Command::new("cp")
+            .arg(new_kubelet)
+            .arg(lab.var("KUBELET_PATH")),
+        "cp the new kubelet",
+    );
+    for verb in ["start-runtime", "start-kubelet"] {
+        sh(Command::new("sh").arg("-c").arg(lab.lab(verb)), verb);
+    }
+    let what = format!("{pair}: the switch by hand from a fresh dockershim node");
+    wait_settled(&lab, &to_v, &what);
+    std::thread::sleep(Duration::from_secs(15));
+    wait_settled(&lab, &to_v, &what);
+    let again = restarted(&before, &observe(&lab));
+    if GoldenPair::of(from, to).changed.is_empty() {
+        assert!(
+            again.is_empty(),
+            "{what}: every spec hashes alike under {from} and {to} and cri-dockerd reads each running sandbox from Docker, so nothing restarts: {again:?}"
+        );
+    }
+    eprintln!(
+        "real_kubelet: {what}: {} of {} containers restarted",
+        again.len(),
+        before.len()
+    );
+    (before.len(), again.len())
 }
 
 /// Issue 52: the static pod whose manifest sets no `metadata.uid` kept its container and
@@ -2157,6 +2223,8 @@ fn run_pair(
         },
         containers: up.before.len(),
         golden: golden_pair.summary(),
+        // (the test adds it once this pair's lab is down: one lab at a time)
+        fresh_control: None,
         control_restarted: ctl_restarted.len(),
         control_expected: without_ctl.len(),
         tool_restarted: up.restarted.len(),
@@ -2954,7 +3022,16 @@ fn the_real_kubelet_adopts_every_container_kubelet_rehash_rewrote() {
     for (i, (runtime, from, to, gates)) in pairs.into_iter().enumerate() {
         let started = Instant::now();
         // the hold's fail-safes once, on the last pair
-        let row = run_pair((&runtime, &from, &to, &gates), i == last, &mut golden);
+        let mut row = run_pair((&runtime, &from, &to, &gates), i == last, &mut golden);
+        let crosses_24 = |v: &str| v.split('.').nth(1).and_then(|m| m.parse::<u32>().ok());
+        if runtime == "docker" && crosses_24(&from) < Some(24) && crosses_24(&to) >= Some(24) {
+            row.fresh_control = Some(fresh_dockershim_control(
+                &from,
+                &to,
+                &built_kubelet(&to),
+                &row.pair,
+            ));
+        }
         eprintln!(
             "real kubelet {}: {:.0} s",
             row.pair,
@@ -2972,13 +3049,16 @@ fn report(rows: &[Row], golden: &[Value]) {
     let mut md = String::from("| pair | runtime | running containers | golden specs whose hash changes | restarted without the tool (plan: expected) | restarted with it (plan: restart anyway) | restarted backing out | node Unknown / tainted | Ready not True s, up / back / control / kubelet restart alone | fewest ready endpoints of 3, up / back / control / kubelet restart alone | kubelet down s, up / back | longest gap between polls s; watched changes of the Node / endpoints, Lease renewals |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} ({}) | {} ({}) | {} | never | {:.1} / {:.1} / {:.1} / {:.1} | {} / {} / {} / {} | {:.1} / {:.1} | {:.1}; {} / {}, {} |\n",
+            "| {} | {} | {} | {} | {} ({}){} | {} ({}) | {} | never | {:.1} / {:.1} / {:.1} / {:.1} | {} / {} / {} / {} | {:.1} / {:.1} | {:.1}; {} / {}, {} |\n",
             r.pair,
             r.runtime,
             r.containers,
             r.golden,
             r.control_restarted,
             r.control_expected,
+            r.fresh_control
+                .map(|(n, k)| format!("; switched by hand from a fresh dockershim node: {k} of {n}"))
+                .unwrap_or_default(),
             r.tool_restarted,
             r.tool_predicted,
             r.back_restarted,
