@@ -662,8 +662,21 @@ impl Sampler {
 
 /// The node lifecycle controller never judged the node: never Unknown, never tainted
 /// unreachable. (Ready endpoints are compared with the control's and the baseline's by the
-/// caller: a kubelet that starts recomputes readiness, tool or not.)
+/// caller: a kubelet that starts recomputes readiness, tool or not.) The node's Lease is its
+/// heartbeat here; [`held_by_status`] where the Ready condition's heartbeat is.
 fn held(w: &Window, what: &str) {
+    held_by_status(w, what);
+    // the node's heartbeat never lapsed for the shortest grace period (40 s): the kubelet's
+    // own renewals every 10 s, or the hold's while it is down
+    assert!(
+        w.lease_renewals == 0 || w.largest_lease_gap_s < 40.0,
+        "{what}: the node's Lease was renewed at least every 40 s ({w:?})"
+    );
+}
+
+/// [`held`] for a window whose heartbeat is the node's Ready condition
+/// (`--hold-ready-via node-status`): the Lease is not renewed then.
+fn held_by_status(w: &Window, what: &str) {
     assert!(
         w.samples > 20,
         "{what}: the sampler ran through the window ({w:?})"
@@ -675,12 +688,6 @@ fn held(w: &Window, what: &str) {
     assert!(
         w.watch_failure.is_none() && w.node_events > 0 && w.endpoint_events > 0,
         "{what}: the Node, its Lease and the Service's endpoints were watched through the window ({w:?})"
-    );
-    // the node's heartbeat never lapsed for the shortest grace period (40 s): the kubelet's
-    // own renewals every 10 s, or the hold's while it is down
-    assert!(
-        w.lease_renewals == 0 || w.largest_lease_gap_s < 40.0,
-        "{what}: the node's Lease was renewed at least every 40 s ({w:?})"
     );
     assert_eq!(
         w.unknown_s, 0.0,
@@ -2711,7 +2718,7 @@ fn hold_cases(
         ],
         "a long window held Ready through the node's status",
     );
-    held(
+    held_by_status(
         &w,
         &format!("{pair}: a {long} s window held Ready through the node's status"),
     );
