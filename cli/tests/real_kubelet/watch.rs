@@ -247,3 +247,67 @@ pub fn ready_endpoints(o: &Value, slice: bool) -> usize {
             .count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(t: f64, kind: &str, object: Value) -> Event {
+        Event {
+            t,
+            unix_ms: (t * 1000.0) as u64,
+            kind: kind.into(),
+            object,
+        }
+    }
+
+    fn slice(name: &str, ready: &[bool]) -> Value {
+        json!({"metadata": {"name": name}, "endpoints": ready.iter().map(|r| json!({"conditions": {"ready": r}})).collect::<Vec<_>>()})
+    }
+
+    #[test]
+    fn endpoints_are_counted_once_the_first_list_is_whole() {
+        // two slices listed: the first alone (2 ready) is no state the Service was in
+        let ev = [
+            event(0.0, "LISTED", slice("a", &[true, true])),
+            event(0.0, "LISTED", slice("b", &[true])),
+            event(1.0, "MODIFIED", slice("a", &[true, false])),
+            event(2.0, "DELETED", slice("b", &[])),
+        ];
+        let t: Vec<usize> = endpoints_timeline(&ev, true).iter().map(|e| e.1).collect();
+        assert_eq!(
+            t,
+            [3, 2, 1],
+            "the totals after the whole list and after each change"
+        );
+    }
+
+    #[test]
+    fn endpoints_objects_count_their_ready_addresses() {
+        let o = json!({"metadata": {"name": "web"}, "subsets": [{"addresses": [{}, {}], "notReadyAddresses": [{}]}]});
+        assert_eq!(
+            ready_endpoints(&o, false),
+            2,
+            "notReadyAddresses are not ready"
+        );
+    }
+
+    #[test]
+    fn the_node_timeline_reads_ready_and_the_unreachable_taint() {
+        let node = |status: &str, taint: bool| {
+            json!({"status": {"conditions": [{"type": "Ready", "status": status, "reason": "R"}]},
+                   "spec": {"taints": if taint { json!([{"key": "node.kubernetes.io/unreachable"}]) } else { json!([]) }}})
+        };
+        let ev = [
+            event(0.0, "LISTED", node("True", false)),
+            event(3.0, "MODIFIED", node("Unknown", true)),
+        ];
+        let t = node_timeline(&ev);
+        assert_eq!(
+            t.iter().map(|n| (n.2.as_str(), n.4)).collect::<Vec<_>>(),
+            [("True", false), ("Unknown", true)],
+            "each event's Ready status and taint"
+        );
+    }
+}
