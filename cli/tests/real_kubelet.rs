@@ -566,7 +566,6 @@ impl Sampler {
     fn finish(mut self) -> Window {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.take().unwrap().join().unwrap();
-        let end = self.t0.elapsed().as_secs_f64();
         let s = std::mem::take(&mut *self.samples.lock().unwrap());
         let mut watch_failure = None;
         let mut watched = |w: watch::Watch| {
@@ -578,6 +577,8 @@ impl Sampler {
         let node_events = watched(self.node_watch);
         let lease_events = watched(self.lease_watch);
         let endpoint_events = watched(self.endpoints_watch);
+        // (after the watches stopped: no event is later than the window's end)
+        let end = self.t0.elapsed().as_secs_f64();
         let node = watch::node_timeline(&node_events);
         let endpoints = watch::endpoints_timeline(&endpoint_events, self.endpoint_slices);
         // seconds in a state, by the watch: each state lasts until the next event or the end
@@ -586,7 +587,8 @@ impl Sampler {
                 .enumerate()
                 .filter(|(_, n)| pred(&n.2))
                 .map(|(i, n)| node.get(i + 1).map_or(end, |m| m.0) - n.0)
-                .sum()
+                // (a fold from +0.0: an empty f64 sum is -0.0, printed "-0.0")
+                .fold(0.0, |a, b| a + b)
         };
         let renewals: Vec<f64> = lease_events
             .iter()
@@ -606,7 +608,7 @@ impl Sampler {
                 .enumerate()
                 .filter(|(_, x)| pred(x))
                 .map(|(i, x)| s.get(i + 1).map_or(end, |n| n.t) - x.t)
-                .sum()
+                .fold(0.0, |a, b| a + b)
         };
         // every figure is the worse of what the polls and the watches saw
         Window {
