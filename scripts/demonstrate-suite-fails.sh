@@ -3,7 +3,9 @@
 # suite, as built from this tree, against deliberately broken builds of kubelet-rehash, and
 # passes only when every one of them fails the suite on every pair given.
 #
-#   scripts/demonstrate-suite-fails.sh [PAIRS]     default: 1.30-1.31 (LAB_PAIRS syntax)
+#   scripts/demonstrate-suite-fails.sh [--build-only] [PAIRS]     default: 1.30-1.31 (LAB_PAIRS syntax)
+#
+# (--build-only: the broken builds and the suite, no lab: to build while another lab runs)
 #
 # The broken builds (scripts/sabotage/*.patch, applied to a copy of this tree):
 #   unproven      the plan proves no stored hash: every container is `unproven`, nothing is
@@ -20,6 +22,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
+build_only=0
+[ "${1:-}" != --build-only ] || { build_only=1; shift; }
 pairs="${1:-1.30-1.31}"
 cache="${KUBELET_REHASH_CACHE:-/var/cache/kubelet-rehash}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/cargo-target}"
@@ -46,6 +50,7 @@ for patch in scripts/sabotage/*.patch; do
         mkdir -p "$src/bin" && cp "$cache/sabotage/target/release/kubelet-rehash" "$src/bin/"
         rm -rf "$src/tree"
     fi
+    [ "$build_only" = 0 ] || { log "$name: built ($src/bin/kubelet-rehash)"; continue; }
     IFS=, read -ra each <<<"$pairs"
     for pair in "${each[@]}"; do
         out="$cache/sabotage/$name-$(echo "$pair" | tr ':' '_').log"
