@@ -44,7 +44,9 @@ for patch in scripts/sabotage/*.patch; do
     if [ ! -x "$src/bin/kubelet-rehash" ]; then
         log "$name: building a broken kubelet-rehash ($patch)"
         rm -rf "$src" && mkdir -p "$src/tree"
-        git ls-files -z | xargs -0 tar -cf - | tar -xf - -C "$src/tree"
+        # (one tar: xargs may split the list over several, whose streams the reader cuts at
+        # the first's end)
+        git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$src/tree"
         git -C "$src/tree" init -q && git -C "$src/tree" apply "$here/$patch"
         (cd "$src/tree" && CARGO_TARGET_DIR="$cache/sabotage/target" cargo build --release -q -p kubelet-rehash)
         mkdir -p "$src/bin" && cp "$cache/sabotage/target/release/kubelet-rehash" "$src/bin/"
