@@ -1626,6 +1626,190 @@ impl GoldenPair {
     }
 }
 
+/// On a pair where only some specs of the golden set hash differently, a pod of golden specs
+/// that run on the lab: up to two that change and `f001-minimal`, which does not. Each is the
+/// golden spec itself with only its name, image, pull policy and command made the lab's (fields
+/// every version knows and encodes alike, so two versions still hash it alike or not exactly
+/// as the golden set says); the control must restart exactly the ones that change.
+struct GoldenPod {
+    /// The pod, as JSON (which `kubectl apply` takes as YAML).
+    manifest: String,
+    /// `ns/pod/container` → whether the golden set hashes the spec differently.
+    changes: BTreeMap<String, bool>,
+    /// The golden spec of each container.
+    ids: BTreeMap<String, String>,
+}
+
+impl GoldenPod {
+    fn for_pair(golden: &GoldenPair, from: &str, to: &str, gates: &[String]) -> Option<GoldenPod> {
+        if golden.changed.is_empty() || golden.every_spec_changes() {
+            return None;
+        }
+        let to_minor: u32 = to.split('.').nth(1).unwrap().parse().unwrap();
+        let ippvs = gates.iter().any(|g| g == "InPlacePodVerticalScaling");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden/specs.jsonl");
+        let specs: Vec<(String, Value)> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| {
+                (
+                    v["id"].as_str().unwrap().to_string(),
+                    v["container"].clone(),
+                )
+            })
+            .collect();
+        let runs = |c: &Value| runs_on_the_lab(c, to_minor, ippvs);
+        let mut chosen: Vec<(String, Value)> = specs
+            .iter()
+            .filter(|(id, c)| golden.changed.contains(id) && runs(c))
+            .take(2)
+            .cloned()
+            .collect();
+        if chosen.is_empty() {
+            eprintln!(
+                "real_kubelet: {from} → {to}: no spec the golden set hashes differently runs on the lab (their new fields need gates off by default)"
+            );
+            return None;
+        }
+        chosen.extend(
+            specs
+                .iter()
+                .filter(|(id, _)| id == "f001-minimal" && !golden.changed.contains(id))
+                .cloned(),
+        );
+        let mut containers = Vec::new();
+        let (mut changes, mut ids) = (BTreeMap::new(), BTreeMap::new());
+        for (i, (id, c)) in chosen.into_iter().enumerate() {
+            let mut c = c;
+            let name = format!("g{i}");
+            let o = c.as_object_mut().unwrap();
+            o.insert("name".into(), Value::from(name.clone()));
+            o.insert("image".into(), Value::from("k8s-lab.local/busybox:1.0"));
+            o.insert("imagePullPolicy".into(), Value::from("Never"));
+            o.insert(
+                "command".into(),
+                serde_json::json!([
+                    "/bin/sh",
+                    "-c",
+                    "trap 'exit 0' TERM; while true; do sleep 1; done"
+                ]),
+            );
+            o.remove("args");
+            let key = format!("default/golden/{name}");
+            changes.insert(key.clone(), golden.changed.contains(&id));
+            ids.insert(key, id);
+            containers.push(c);
+        }
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "golden"},
+            "spec": {"terminationGracePeriodSeconds": 2, "containers": containers}
+        });
+        Some(GoldenPod {
+            manifest: serde_json::to_string_pretty(&pod).unwrap(),
+            changes,
+            ids,
+        })
+    }
+}
+
+/// Which pairs get a golden pod, and what the control is then held to: a check of the
+/// suite's own selection (no lab, no root).
+#[test]
+fn the_golden_pod_holds_the_control_to_the_golden_set_where_only_some_specs_change() {
+    let pod = |from: &str, to: &str, gates: &[String]| {
+        GoldenPod::for_pair(&GoldenPair::of(from, to), from, to, gates)
+    };
+    for (from, to) in [
+        ("1.30", "1.31"),
+        ("1.15", "1.16"),
+        ("1.23", "1.24"),
+        ("1.36", "1.37"),
+    ] {
+        assert!(
+            pod(from, to, &[]).is_none(),
+            "{from} -> {to}: every spec changes or none does: the workloads themselves discriminate"
+        );
+    }
+    let g = pod("1.18", "1.19", &[]).expect("1.18 -> 1.19: seccompProfile runs on the lab");
+    assert_eq!(
+        g.changes.values().filter(|c| **c).count() >= 1 && g.changes.values().any(|c| !c),
+        true,
+        "1.18 -> 1.19: specs that change and one that does not: {:?}",
+        g.ids
+    );
+    assert!(
+        pod("1.20", "1.21", &[]).is_none(),
+        "1.20 -> 1.21: the probes' terminationGracePeriodSeconds is alpha: nothing runs"
+    );
+    assert!(
+        pod("1.26", "1.27", &["InPlacePodVerticalScaling".into()]).is_some()
+            && pod("1.26", "1.27", &[]).is_none(),
+        "1.26 -> 1.27: resizePolicy runs only with the in-place resize gate"
+    );
+}
+
+/// Whether a golden spec runs on the lab as it is (but for its name, image, pull policy and
+/// command): no probe, hook, port, mount or reference that needs more than the pod; small
+/// resources; a security context the lab's runtimes accept as root without AppArmor; only
+/// fields the control plane `to_minor` serves with its default gates (and the in-place resize
+/// gate where `ippvs`).
+fn runs_on_the_lab(c: &Value, to_minor: u32, ippvs: bool) -> bool {
+    let Some(o) = c.as_object() else { return false };
+    let small = |q: &Value, unit: &str, most: u64| {
+        q.as_str().is_some_and(|s| {
+            s.strip_suffix(unit)
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n <= most && (unit != "Mi" || n >= 16))
+        })
+    };
+    o.iter().all(|(k, v)| match k.as_str() {
+        "name"
+        | "image"
+        | "imagePullPolicy"
+        | "command"
+        | "args"
+        | "terminationMessagePath"
+        | "terminationMessagePolicy"
+        | "stdin"
+        | "stdinOnce"
+        | "tty" => true,
+        "workingDir" => v == "/" || v == "/tmp",
+        "env" => v.as_array().is_some_and(|e| {
+            e.iter().all(|e| {
+                e.as_object()
+                    .is_some_and(|e| e.keys().all(|k| k == "name" || k == "value"))
+            })
+        }),
+        "resources" => v.as_object().is_some_and(|r| {
+            r.iter().all(|(k, amounts)| {
+                (k == "requests" || k == "limits")
+                    && amounts.as_object().is_some_and(|a| {
+                        a.iter().all(|(res, q)| match res.as_str() {
+                            "cpu" => small(q, "m", 500),
+                            "memory" => small(q, "Mi", 512),
+                            _ => false,
+                        })
+                    })
+            })
+        }),
+        "resizePolicy" => ippvs && to_minor >= 27 || to_minor >= 33,
+        "securityContext" => v.as_object().is_some_and(|sc| {
+            sc.iter().all(|(k, v)| match k.as_str() {
+                "allowPrivilegeEscalation" => true,
+                "privileged" | "runAsNonRoot" | "readOnlyRootFilesystem" => v == false,
+                "seccompProfile" => {
+                    to_minor >= 19 && (v["type"] == "RuntimeDefault" || v["type"] == "Unconfined")
+                }
+                // (these VMs have no AppArmor: only Unconfined is admitted)
+                "appArmorProfile" => to_minor >= 30 && v["type"] == "Unconfined",
+                _ => false,
+            })
+        }),
+        _ => false,
+    })
+}
+
 /// The kubelet binary of `version`, built (or found in the cache) by `k8s-lab.sh build`.
 fn built_kubelet(version: &str) -> PathBuf {
     let out = sh(
@@ -1887,6 +2071,13 @@ fn run_pair(
     // under a 1.29 control plane that accepts it)
     let from_minor: u32 = from.split('.').nth(1).unwrap().parse().unwrap();
     lab.apply(&workloads(from_minor));
+    // where only some specs of the golden set change hash: a pod of golden specs that do, and
+    // one that does not (the control is held to the golden set's verdict on each)
+    let golden_pair = GoldenPair::of(from, to);
+    let golden_pod = GoldenPod::for_pair(&golden_pair, from, to, gates);
+    if let Some(g) = &golden_pod {
+        lab.apply(&g.manifest);
+    }
     let manifests = Path::new(lab.var("MANIFESTS"));
     std::fs::write(
         manifests.join("static-pinned.yaml"),
@@ -2064,7 +2255,6 @@ fn run_pair(
     // tool from doing nothing: where it says every spec's hash changes between the two
     // versions, the control restarts every container the node runs (the tool none, above);
     // where it says none changes, only the static pod whose derived UID may move.
-    let golden_pair = GoldenPair::of(from, to);
     // (a native sidecar, an init container with restartPolicy Always, is compared by its hash
     // only from kubelet 1.32: computeInitContainerActions restarts it on a changed spec from
     // then on; before, it runs on whatever its hash)
@@ -2075,6 +2265,22 @@ fn run_pair(
             ctl_restarted.iter().filter(|k| !derived(k)).collect::<Vec<_>>(),
             every.iter().filter(|k| !derived(k)).collect::<Vec<_>>(),
             "{pair}: control: the golden set hashes every spec differently under {from} and {to}, so the real kubelet {to} restarts every container without the tool"
+        );
+        assert!(
+            ctl_restarted.len() > up.restarted.len(),
+            "{pair}: the control restarts more than the tool"
+        );
+    } else if let Some(g) = &golden_pod {
+        let verdict: BTreeMap<&String, bool> = g
+            .changes
+            .keys()
+            .map(|k| (k, ctl_restarted.contains(k)))
+            .collect();
+        assert_eq!(
+            verdict,
+            g.changes.iter().map(|(k, c)| (k, *c)).collect::<BTreeMap<_, _>>(),
+            "{pair}: control: the real kubelet {to} restarts exactly the golden specs the golden set hashes differently under {from} and {to} (specs: {:?})",
+            g.ids
         );
         assert!(
             ctl_restarted.len() > up.restarted.len(),

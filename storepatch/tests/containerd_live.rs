@@ -453,6 +453,29 @@ fn run_line(line: Line) {
         "freeze containerd"
     );
     let thaw = Thaw(daemon);
+    // kill(2) returns before the daemon has stopped: a commit of containerd's own may still be
+    // landing (a CI run read meta.db, then saw containerd's next txid in it). Stopped is every
+    // thread in state T, none in a syscall any more.
+    let all_stopped = || {
+        fs::read_dir(format!("/proc/{daemon}/task"))
+            .map(|tasks| {
+                tasks.flatten().all(|t| {
+                    fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+                        st.rfind(')')
+                            .is_some_and(|i| st[i + 1..].trim_start().starts_with(['T', 't']))
+                    })
+                })
+            })
+            .unwrap_or(false)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !all_stopped() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "containerd {v}: every thread stopped within 10 s of SIGSTOP"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let before_refusal = fs::read(&db).unwrap();
     let e = store
         .apply(
