@@ -21,9 +21,9 @@ close="<!-- /lab-results:$block -->"
 grep -qxF "$open" "$doc" && grep -qxF "$close" "$doc" ||
     { echo "lab-results-to-docs: docs/lab.md has no block $block ($open … $close)" >&2; exit 1; }
 tmp="$(mktemp "$doc.XXXXXX")"
-awk -v open="$open" -v close="$close" -v results="$results" -v note="$note" '
-    $0 == open { print; if (note != "") { print note; print "" } while ((getline line < results) > 0) print line; skip = 1; next }
-    $0 == close { skip = 0 }
+awk -v mopen="$open" -v mclose="$close" -v results="$results" -v note="$note" '
+    $0 == mopen { print; if (note != "") { print note; print "" } while ((getline line < results) > 0) print line; skip = 1; next }
+    $0 == mclose { skip = 0 }
     !skip { print }
 ' "$doc" > "$tmp"
 mv "$tmp" "$doc"
