@@ -182,26 +182,35 @@ pub fn node_timeline(events: &[Event]) -> Vec<(f64, u64, String, String, bool)> 
         .iter()
         .filter(|e| e.kind != "DELETED")
         .map(|e| {
-            let (status, reason) = e.object["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Ready")
-                .map(|c| {
-                    (
-                        c["status"].as_str().unwrap_or("").to_string(),
-                        c["reason"].as_str().unwrap_or("").to_string(),
-                    )
-                })
-                .unwrap_or_else(|| ("absent".into(), String::new()));
-            let unreachable = e.object["spec"]["taints"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|t| t["key"] == "node.kubernetes.io/unreachable");
-            (e.t, e.unix_ms, status, reason, unreachable)
+            let (status, reason) = ready_of(&e.object);
+            (e.t, e.unix_ms, status, reason, unreachable_of(&e.object))
         })
         .collect()
+}
+
+/// A Node's Ready condition: (status, reason); ("absent", "") when it has none.
+pub fn ready_of(node: &Value) -> (String, String) {
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_string(),
+                c["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .unwrap_or_else(|| ("absent".into(), String::new()))
+}
+
+/// Whether the node lifecycle controller tainted a Node unreachable.
+pub fn unreachable_of(node: &Value) -> bool {
+    node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| t["key"] == "node.kubernetes.io/unreachable")
 }
 
 /// The Service's ready endpoints after each event, summed over its EndpointSlices (or its one
