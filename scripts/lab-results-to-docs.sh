@@ -21,6 +21,7 @@ close="<!-- /lab-results:$block -->"
 grep -qxF "$open" "$doc" && grep -qxF "$close" "$doc" ||
     { echo "lab-results-to-docs: docs/lab.md has no block $block ($open … $close)" >&2; exit 1; }
 tmp="$(mktemp "$doc.XXXXXX")"
+trap 'rm -f "$tmp"' EXIT
 awk -v mopen="$open" -v mclose="$close" -v results="$results" -v note="$note" '
     $0 == mopen { print; if (note != "") { print note; print "" } while ((getline line < results) > 0) print line; skip = 1; next }
     $0 == mclose { skip = 0 }

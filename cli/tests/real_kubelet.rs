@@ -61,6 +61,16 @@ fn transient_api_error(stderr: &str) -> bool {
     .any(|m| stderr.contains(m))
 }
 
+/// The minor of a version (`1.31`, `1.31.14`, `v1.31.14` alike after the `v`).
+fn minor_of(version: &str) -> u32 {
+    version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("a version with a minor: {version:?}"))
+}
+
 fn lab_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/k8s-lab.sh")
 }
@@ -1619,7 +1629,7 @@ impl GoldenPod {
         if golden.changed.is_empty() || golden.every_spec_changes() {
             return None;
         }
-        let to_minor: u32 = to.split('.').nth(1).unwrap().parse().unwrap();
+        let to_minor = minor_of(to);
         let ippvs = gates.iter().any(|g| g == "InPlacePodVerticalScaling");
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden/specs.jsonl");
         let specs: Vec<(String, Value)> = std::fs::read_to_string(&path)
@@ -1947,7 +1957,7 @@ fn fresh_dockershim_control(
     let lab = Lab::up(from, to, "docker", &[], &t.path().join("lab"));
     let from_v = lab.var("KUBELET_VERSION").to_string();
     let to_v = lab.var("CONTROL_PLANE_VERSION").to_string();
-    let from_minor: u32 = from.split('.').nth(1).unwrap().parse().unwrap();
+    let from_minor = minor_of(from);
     lab.apply(&workloads(from_minor));
     wait_settled(&lab, &from_v, &format!("{pair}: fresh dockershim node"));
     std::thread::sleep(Duration::from_secs(5));
@@ -2030,7 +2040,7 @@ fn run_pair(
     failsafes: bool,
     golden: &mut Vec<Value>,
 ) -> Row {
-    let minor: u32 = to.split('.').nth(1).unwrap().parse().unwrap();
+    let minor = minor_of(to);
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("lab");
     let state_dir = t.path().join("state");
@@ -2042,7 +2052,7 @@ fn run_pair(
     let to_v = lab.var("CONTROL_PLANE_VERSION").to_string();
     // (the old kubelet runs them: a native sidecar only where it knows one, not a 1.28 kubelet
     // under a 1.29 control plane that accepts it)
-    let from_minor: u32 = from.split('.').nth(1).unwrap().parse().unwrap();
+    let from_minor = minor_of(from);
     lab.apply(&workloads(from_minor));
     // where only some specs of the golden set change hash: a pod of golden specs that do, and
     // one that does not (the control is held to the golden set's verdict on each)
@@ -2118,7 +2128,7 @@ fn run_pair(
         node_fixture::wanted(runtime).map(|dir| node_fixture::capture(&lab, &dir, from, &from_v));
 
     // ---- the pods from the API server with the node's identity, and its errors ----
-    let cp_minor: u32 = to_v.split('.').nth(1).unwrap().parse().unwrap();
+    let cp_minor = minor_of(&to_v);
     api_cases(&lab, t.path(), &pair, to, cp_minor);
 
     // ---- the allocation manager's checkpoints gone (a set-aside, a lost file) ----
@@ -2295,7 +2305,7 @@ fn run_pair(
             w.reasons.iter().all(|r| r == "False: KubeletNotReady"),
             "{pair}: {what}: the only Ready that is not True is the starting kubelet's own KubeletNotReady ({w:?})"
         );
-        let starting_minor: u32 = starting.split('.').nth(1).unwrap().parse().unwrap();
+        let starting_minor = minor_of(starting);
         if starting_minor >= 35 {
             assert_eq!(
                 w.fewest_endpoints, 3,
@@ -2774,7 +2784,7 @@ fn hold_cases(
     std::fs::create_dir_all(&state_dir).unwrap();
     let pods = t.join("hold-pods.json");
     let mut rows = Vec::new();
-    let at_minor: u32 = at.split('.').nth(1).unwrap().parse().unwrap();
+    let at_minor = minor_of(at);
     // one window: returns the sampler's view, the state, the pods evicted
     let window = |to: &str, to_v: &str, kubelet: &Path, extra: Vec<String>, what: &str| {
         wait_quiet(lab, &format!("{pair}: before {what}"));
@@ -3211,8 +3221,7 @@ fn the_real_kubelet_adopts_every_container_kubelet_rehash_rewrote() {
         let started = Instant::now();
         // the hold's fail-safes once, on the last pair
         let mut row = run_pair((&runtime, &from, &to, &gates), i == last, &mut golden);
-        let crosses_24 = |v: &str| v.split('.').nth(1).and_then(|m| m.parse::<u32>().ok());
-        if runtime == "docker" && crosses_24(&from) < Some(24) && crosses_24(&to) >= Some(24) {
+        if runtime == "docker" && minor_of(&from) < 24 && minor_of(&to) >= 24 {
             row.fresh_control = Some(fresh_dockershim_control(
                 &from,
                 &to,
