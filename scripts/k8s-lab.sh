@@ -6,7 +6,7 @@
 # certificate (system:node:<name>). For people and for the tests (cli/tests/real_kubelet.rs):
 #
 #   k8s-lab.sh build [--kubelet-only] VERSION...     build into the cache; prints the dir last
-#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd|crio|docker] [--feature-gates A=true,...] [--dir DIR]
+#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd|crio|docker] [--feature-gates A=true,...] [--max-pods N] [--dir DIR]
 #                                                    start everything; prints `export` lines
 #   k8s-lab.sh stop-kubelet|start-kubelet|stop-runtime|start-runtime --dir DIR
 #                                                    what `kubelet-rehash upgrade` is given
@@ -716,6 +716,10 @@ write_kubelet_config() {
     # a 1.34 config without it made the real 1.35 kubelet exit at start (kubelet-rehash's plan
     # now blocks on that: kubelet-refuses-cgroup-v1)
     [ "$minor" -lt 31 ] || extra="failCgroupV1: false"
+    # `up --max-pods N`: a node filled past the kubelet's default of 110 pods (the pod subnet is
+    # a /24: 253 addresses)
+    [ -z "${max_pods:-}" ] || extra="$extra
+maxPods: $max_pods"
     cat > "$dir/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -817,9 +821,11 @@ cmd_up() {
     local kubelet_v="" cp_v="" runtime=containerd
     dir=""
     feature_gates=""
+    max_pods=""
     while [ $# -gt 0 ]; do
         case "$1" in
             --kubelet) kubelet_v="$2"; shift 2 ;;
+            --max-pods) max_pods="$2"; shift 2 ;;
             --feature-gates) feature_gates="$2"; shift 2 ;;
             --control-plane) cp_v="$2"; shift 2 ;;
             --runtime) runtime="$2"; shift 2 ;;
@@ -828,6 +834,8 @@ cmd_up() {
         esac
     done
     [ -n "$kubelet_v" ] || die "up: --kubelet VERSION"
+    [ -z "$max_pods" ] || { [[ "$max_pods" =~ ^[0-9]+$ ]] && [ "$max_pods" -ge 1 ] && [ "$max_pods" -le 250 ]; } \
+        || die "up: --max-pods $max_pods: a number from 1 to 250 (the lab's pod subnet is a /24)"
     case "$runtime" in containerd|crio|docker) ;; *) die "up: --runtime $runtime: containerd, crio or docker" ;; esac
     [ "$(id -u)" = 0 ] || die "up needs root"
     kubelet_version="$(resolve_version "$kubelet_v")"
@@ -914,6 +922,7 @@ cri_dockerd=$cri_dockerd
 cni_dir=$cni_dir
 docker_version=$docker_version
 feature_gates=$feature_gates
+max_pods=$max_pods
 EOF
     # an `up` that fails stops what it started (a caller that gets no environment back
     # cannot bring the lab down)
@@ -1053,6 +1062,8 @@ KUBECTL=$dir/bin/kubectl
 KUBELET_VERSION=$kubelet_version
 CONTROL_PLANE_VERSION=$cp_version
 FEATURE_GATES=$feature_gates
+MAX_PODS=${max_pods:-110}
+ETCD_BIN=$(etcd_bin)
 EOF
     [ "$runtime" != docker ] || cat <<EOF
 DOCKER_SOCKET=$dir/docker/docker.sock

@@ -256,9 +256,11 @@ stage main "test binary carries the crash points" test_build_check
 
 # Every test but the real-node suite, while lane k8s builds (niced).
 real_node_test=the_real_kubelet_adopts_every_container_kubelet_rehash_rewrote
+# the full node (issue 52): one lab filled to 8, 110 and 250 pods, after the pairs (one lab at a time)
+full_node_test=full_node::the_real_kubelet_keeps_every_container_of_a_full_node
 set +e
 stage main "cargo test (all but the real-node suite)" \
-    cargo test --workspace --release --no-fail-fast -- --skip "$real_node_test" 2>&1 | tee "$LOGS/tests.log"
+    cargo test --workspace --release --no-fail-fast -- --skip "$real_node_test" --skip "$full_node_test" 2>&1 | tee "$LOGS/tests.log"
 tests_rc=${PIPESTATUS[0]}
 set -e
 
@@ -274,6 +276,16 @@ if ! grep -q "^test $real_node_test \.\.\. ok" "$LOGS/real-node.log"; then
     echo "test.sh: the real-node suite did not report its test passed" >&2
     real_rc=1
 fi
+set +e
+stage main "full node: 8, 110 and 250 pods, 1.30 -> 1.31 and back (cli/tests/real_kubelet/full_node.rs)" \
+    cargo test --release -p kubelet-rehash --test real_kubelet --no-fail-fast -- --exact "$full_node_test" 2>&1 | tee "$LOGS/full-node.log"
+full_rc=${PIPESTATUS[0]}
+set -e
+if ! grep -q "^test $full_node_test \.\.\. ok" "$LOGS/full-node.log"; then
+    echo "test.sh: the full-node test did not report it passed" >&2
+    full_rc=1
+fi
+[ "$full_rc" = 0 ] || real_rc=1
 
 checks_rc=0
 wait_lane k8s || checks_rc=1

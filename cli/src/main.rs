@@ -385,6 +385,12 @@ struct NodeFlags {
     /// Default /var/lib/kubelet, read when it exists.
     #[arg(long, value_name = "DIR")]
     kubelet_dir: Option<PathBuf>,
+    /// The kubelet configuration file the target kubelet reads: the allocatable it admits the
+    /// running pods against is recomputed from it (maxPods, podsPerCore, systemReserved,
+    /// kubeReserved, evictionHard). Default: the running kubelet's --config, else config.yaml
+    /// in --kubelet-dir, read when it exists.
+    #[arg(long, value_name = "FILE")]
+    kubelet_config: Option<PathBuf>,
     /// Docker, kubelet ≤ 1.23 → ≥ 1.24 (dockershim → cri-dockerd): the cri-dockerd binary the
     /// node will run, asked for its version. Default: /usr/bin/cri-dockerd,
     /// /usr/local/bin/cri-dockerd (under --host-root), else PATH (without --host-root).
@@ -495,6 +501,14 @@ impl NodeFlags {
                 .as_deref()
                 .map(read_node_object)
                 .transpose()?,
+            kubelet_config: self.kubelet_config.clone(),
+            // the host's processes: this one's /proc, also in a pod with hostPID; without
+            // --host-root only (a copied node's root is not the running node)
+            kubelet_args: host
+                .dir()
+                .is_none()
+                .then(|| rehash::node::running_kubelet_args(Path::new("/proc"), None))
+                .flatten(),
         })
     }
 }

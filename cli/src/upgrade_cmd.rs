@@ -242,6 +242,14 @@ pub fn cmd_upgrade(
     let cri_dockerd = plan.node.switch_options(&plan.store)?;
     let location = plan.store.location()?;
     let kind = location.open()?.kind();
+    // the kubelet this upgrade stops, by its pid file when given: its flags are the new one's
+    if let Some(pidfile) = &f.services.kubelet_pidfile {
+        node_files.kubelet_args = location
+            .host_root
+            .is_none()
+            .then(|| rehash::node::running_kubelet_args(Path::new("/proc"), Some(pidfile)))
+            .flatten();
+    }
     let crate::api_pods::Pods {
         bytes: pods,
         api,

@@ -207,3 +207,87 @@ fn a_node_file_that_is_not_a_node_is_a_usage_error() {
         run.stderr
     );
 }
+
+/// A Node with capacity (what the target kubelet's allocatable is recomputed from) whose
+/// allocatable is its capacity.
+fn write_node_with_capacity(dir: &Path, pods: &Value) -> PathBuf {
+    let p = write_node(dir, pods, json!({}));
+    let mut node: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let room = json!({"cpu": "64", "memory": "256Gi", "pods": "250", "ephemeral-storage": "1Ti"});
+    node["status"] = json!({"capacity": room, "allocatable": room});
+    std::fs::write(&p, serde_json::to_vec(&node).unwrap()).unwrap();
+    p
+}
+
+#[test]
+fn a_kubelet_configuration_that_shrinks_allocatable_is_what_the_plan_admits_against() {
+    let n = small("containerd-1.7");
+    let to = n.last_target();
+    let pods: Value = serde_json::from_slice(&std::fs::read(n.pods()).unwrap()).unwrap();
+    let node = write_node_with_capacity(&n.dir, &pods);
+    let config = &n.dir.join("kubelet-config.yaml");
+    let with_config = |text: &str| {
+        std::fs::write(config.as_path(), text).unwrap();
+        let run = plan_with_node(
+            &n,
+            &to,
+            &node,
+            &["--kubelet-config", config.to_str().unwrap()],
+        );
+        json_of(&run)
+    };
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    // the configuration that made the Node's allocatable: nothing changes, nothing is said
+    let same = with_config(&format!("{head}maxPods: 250\nevictionHard: {{}}\n"));
+    assert!(
+        hazards(&same, "allocatable-changes").is_empty() && hazards(&same, REJECTED).is_empty(),
+        "a configuration giving the Node's own allocatable says nothing: {:#}",
+        same["hazards"]
+    );
+
+    // maxPods 1: the kubelet admits the oldest pod and rejects every other for the pod count
+    let shrunk = with_config(&format!("{head}maxPods: 1\nevictionHard: {{}}\n"));
+    let changes = hazards(&shrunk, "allocatable-changes");
+    assert_eq!(
+        changes.len(),
+        1,
+        "the allocatable change is said once: {:#}",
+        shrunk["hazards"]
+    );
+    let message = changes[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("pods 250 → 1") && changes[0]["severity"] == "warn",
+        "the change names the resource, from and to, as a warn: {:#}",
+        changes[0]
+    );
+    let running_pods = pods["items"].as_array().unwrap().len();
+    let rejected = hazards(&shrunk, REJECTED);
+    // (the first admitted fits; a critical pod, static or system-critical, preempts others
+    // instead of being rejected)
+    assert!(
+        !rejected.is_empty() && rejected.len() < running_pods,
+        "pods beyond the first admitted are rejected for the pod count ({} of {running_pods}): {:#}",
+        rejected.len(),
+        shrunk["hazards"]
+    );
+    assert!(
+        rejected
+            .iter()
+            .all(|h| h["message"].as_str().unwrap().contains("OutOfpods")),
+        "each for the pod count, in the kubelet's words: {rejected:#?}"
+    );
+
+    // a file that is no kubelet configuration: said, and the Node's allocatable used
+    let unread = with_config("kind: Pod\n");
+    assert_eq!(
+        hazards(&unread, "allocatable-not-recomputed").len(),
+        1,
+        "an unusable configuration is said: {:#}",
+        unread["hazards"]
+    );
+    assert!(
+        hazards(&unread, REJECTED).is_empty(),
+        "and admission goes by the Node's allocatable"
+    );
+}

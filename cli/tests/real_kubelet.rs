@@ -37,6 +37,8 @@ use under_test::{bin, kubelet_rehash};
 // runs a command, panics naming it unless it succeeds, returns its stdout
 use testtools::containerd::run_ok as sh;
 
+#[path = "real_kubelet/full_node.rs"]
+mod full_node;
 #[path = "real_kubelet/node_fixture.rs"]
 mod node_fixture;
 mod under_test;
@@ -86,6 +88,18 @@ impl Lab {
     /// `k8s-lab.sh up`; `gates` are feature gates turned on for the kubelet and the control
     /// plane (`up --feature-gates`).
     fn up(kubelet: &str, control_plane: &str, runtime: &str, gates: &[String], dir: &Path) -> Lab {
+        Lab::up_with(kubelet, control_plane, runtime, gates, &[], dir)
+    }
+
+    /// `up` with more of `k8s-lab.sh up`'s arguments (`--max-pods N`).
+    fn up_with(
+        kubelet: &str,
+        control_plane: &str,
+        runtime: &str,
+        gates: &[String],
+        more: &[String],
+        dir: &Path,
+    ) -> Lab {
         let gates: Vec<String> = gates.iter().map(|g| format!("{g}=true")).collect();
         let mut c = Command::new(lab_script());
         c.args([
@@ -100,9 +114,10 @@ impl Lab {
         if !gates.is_empty() {
             c.args(["--feature-gates", &gates.join(",")]);
         }
+        c.args(more);
         let out = sh(
             c.arg("--dir").arg(dir),
-            &format!("k8s-lab.sh up --kubelet {kubelet} --control-plane {control_plane} --runtime {runtime} (gates: {gates:?})"),
+            &format!("k8s-lab.sh up --kubelet {kubelet} --control-plane {control_plane} --runtime {runtime} {} (gates: {gates:?})", more.join(" ")),
         );
         let env = out
             .lines()
@@ -2349,8 +2364,10 @@ fn run_pair(
     // (from 1.30: the case reads the kubelet's structured "Pod admission denied" log line and
     // was proven on 1.31; older kubelets word and log admission otherwise)
     if minor >= 30 {
-        let admission = admission_case(&lab, t.path(), &pair, to, &to_v);
-        eprintln!("real_kubelet: {admission}");
+        for case in [AdmitCase::Label, AdmitCase::Allocatable] {
+            let admission = admission_case(&lab, t.path(), &pair, to, &to_v, case);
+            eprintln!("real_kubelet: {admission}");
+        }
     }
 
     // ---- issue 37: windows longer than the grace period, without and with the hold ----
@@ -2504,6 +2521,74 @@ spec:
     )
 }
 
+/// What an admission case provokes before the kubelet restarts.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum AdmitCase {
+    /// A node label two pods select is removed ([`admission_pods`]).
+    Label,
+    /// The kubelet's configuration reserves cpu (`systemReserved`), so that the new
+    /// allocatable holds the first of two pods requesting 400m and not the second
+    /// ([`cpu_pod`]).
+    Allocatable,
+}
+
+impl AdmitCase {
+    fn pods(self) -> &'static [&'static str] {
+        match self {
+            AdmitCase::Label => &["admit-selector", "admit-affinity", "admit-hostname"],
+            AdmitCase::Allocatable => &["admit-cpu-first", "admit-cpu-second"],
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            AdmitCase::Label => "a selected label was removed",
+            AdmitCase::Allocatable => {
+                "systemReserved cpu was raised in the kubelet's configuration"
+            }
+        }
+    }
+}
+
+/// A pod requesting 400m of cpu (the allocatable case's).
+fn cpu_pod(name: &str) -> String {
+    idle_pod(
+        &format!("name: {name}"),
+        "    resources: {requests: {cpu: 400m}}\n",
+    )
+}
+
+/// The cpu (millicores) the running pods of the node request, each as admission counts it
+/// (the largest of its init containers and the sum of the others).
+fn requested_cpu_millis(lab: &Lab) -> i64 {
+    let millis = |c: &Value| -> i64 {
+        let q = c["resources"]["requests"]["cpu"].as_str().unwrap_or("0");
+        match q.strip_suffix('m') {
+            Some(m) => m.parse().unwrap(),
+            None => (q.parse::<f64>().unwrap() * 1000.0).ceil() as i64,
+        }
+    };
+    lab.pods_of_node()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded")))
+        .map(|p| {
+            let sum: i64 = p["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(millis)
+                .sum();
+            let init = p["spec"]["initContainers"].as_array().into_iter().flatten();
+            let (sidecars, plain): (Vec<&Value>, Vec<&Value>) =
+                init.partition(|c| c["restartPolicy"] == "Always");
+            let side: i64 = sidecars.iter().map(|c| millis(c)).sum();
+            (sum + side).max(plain.iter().map(|c| millis(c)).max().unwrap_or(0))
+        })
+        .sum()
+}
+
 /// The pods a plan's `kubelet-rejects-pod-at-admission` hazards name (`ns/name`), each with
 /// the hazard's message.
 fn predicted_rejections(plan: &Value) -> BTreeMap<String, String> {
@@ -2530,18 +2615,54 @@ fn predicted_rejections(plan: &Value) -> BTreeMap<String, String> {
 /// restarted; exactly those pods fail, with the reason and message the plan quoted, and the
 /// pod whose selector still matches keeps running. The pods are deleted after. Returns the
 /// table's line.
-fn admission_case(lab: &Lab, tmp: &Path, pair: &str, to: &str, to_v: &str) -> String {
+fn admission_case(
+    lab: &Lab,
+    tmp: &Path,
+    pair: &str,
+    to: &str,
+    to_v: &str,
+    case: AdmitCase,
+) -> String {
     let node = lab.var("NODE").to_string();
-    lab.kubectl(&[
-        "label",
-        "node",
-        &node,
-        &format!("{ADMIT_LABEL}=yes"),
-        "--overwrite",
-    ]);
-    lab.apply(&admission_pods(&node));
-    wait_settled(lab, to_v, &format!("{pair}: admission pods"));
-    lab.kubectl(&["label", "node", &node, &format!("{ADMIT_LABEL}-")]);
+    let config = PathBuf::from(lab.var("KUBELET_CONFIG"));
+    let original_config = std::fs::read(&config).unwrap();
+    match case {
+        AdmitCase::Label => {
+            lab.kubectl(&[
+                "label",
+                "node",
+                &node,
+                &format!("{ADMIT_LABEL}=yes"),
+                "--overwrite",
+            ]);
+            lab.apply(&admission_pods(&node));
+            wait_settled(lab, to_v, &format!("{pair}: admission pods"));
+            lab.kubectl(&["label", "node", &node, &format!("{ADMIT_LABEL}-")]);
+        }
+        AdmitCase::Allocatable => {
+            // admitted in creation order: the first is created a second before the second
+            lab.apply(&cpu_pod("admit-cpu-first"));
+            std::thread::sleep(Duration::from_millis(1500));
+            lab.apply(&cpu_pod("admit-cpu-second"));
+            wait_settled(lab, to_v, &format!("{pair}: admission pods"));
+            let capacity = lab.json(&["get", "node", &node])["status"]["capacity"]["cpu"]
+                .as_str()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap()
+                * 1000;
+            // room for everything but the second pod: 200m short of it
+            let others = requested_cpu_millis(lab) - 800;
+            let reserved = capacity - others - 600;
+            assert!(
+                reserved > 0,
+                "{pair}: the node's pods leave cpu to reserve ({others}m requested besides the case's, {capacity}m capacity)"
+            );
+            let mut text = original_config.clone();
+            text.extend_from_slice(format!("systemReserved:\n  cpu: {reserved}m\n").as_bytes());
+            std::fs::write(&config, text).unwrap();
+        }
+    }
 
     let pods = tmp.join("pods-admission.json");
     lab.write_pods(&pods);
@@ -2551,9 +2672,13 @@ fn admission_case(lab: &Lab, tmp: &Path, pair: &str, to: &str, to_v: &str) -> St
         lab.kubectl(&["get", "node", &node, "-o", "json"]),
     )
     .unwrap();
+    // the pods file with --node and the kubelet's configuration named; from the API server
+    // below without it: the plan finds the running kubelet's --config itself
     let from_file = rehash(lab, "plan", &pods, to)
         .args(["-o", "json", "--pin-static-pod-uids", "--node"])
         .arg(&node_file)
+        .arg("--kubelet-config")
+        .arg(&config)
         .output()
         .unwrap();
     let plan: Value = serde_json::from_slice(&from_file.stdout).unwrap_or_else(|e| {
@@ -2577,6 +2702,32 @@ fn admission_case(lab: &Lab, tmp: &Path, pair: &str, to: &str, to_v: &str) -> St
         predicted_rejections(&api_plan),
         predicted,
         "{pair}: the plan from the API server's Node names the same rejections as --node"
+    );
+    let allocatable_said = |p: &Value| {
+        p["hazards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["code"] == "allocatable-changes")
+    };
+    assert_eq!(
+        (allocatable_said(&plan), allocatable_said(&api_plan)),
+        (
+            case == AdmitCase::Allocatable,
+            case == AdmitCase::Allocatable
+        ),
+        "{pair}: {case:?}: the plans say allocatable changes exactly when the configuration changed it: {:#}",
+        plan["hazards"]
+    );
+    // a case that provokes nothing proves nothing: the plan names what the case provoked
+    // (and the real kubelet is then held to the plan, below)
+    let expected: &[&str] = match case {
+        AdmitCase::Label => &["default/admit-selector", "default/admit-affinity"],
+        AdmitCase::Allocatable => &["default/admit-cpu-second"],
+    };
+    assert!(
+        expected.iter().all(|p| predicted.contains_key(*p)),
+        "{pair}: {case:?}: the plan rejects {expected:?} (it said {predicted:#?})"
     );
 
     sh(
@@ -2666,25 +2817,74 @@ fn admission_case(lab: &Lab, tmp: &Path, pair: &str, to: &str, to_v: &str) -> St
             predicted[pod]
         );
     }
+    if case == AdmitCase::Allocatable {
+        // the allocatable the plan computed is the one the real kubelet reports
+        let reported = lab.json(&["get", "node", &node]);
+        let computed = rehash::allocatable::AllocatableConfig::parse(
+            &std::fs::read_to_string(&config).unwrap(),
+        )
+        .unwrap()
+        .allocatable(
+            &serde_json::from_value(reported["status"]["capacity"].clone()).unwrap(),
+            to.parse().unwrap(),
+        )
+        .unwrap();
+        for (k, v) in &computed {
+            let real = reported["status"]["allocatable"][k].as_str().unwrap_or("");
+            assert_eq!(
+                rehash_quantity(real),
+                rehash_quantity(v),
+                "{pair}: allocatable {k}: kubelet-rehash computes {v} from the configuration, the real kubelet {to} reports {real}"
+            );
+        }
+    }
     let line = format!(
-        "{pair}: admission after a selected label was removed: predicted {} rejected [{}], the real kubelet {to} rejected {} [{}]",
+        "{pair}: admission after {}: predicted {} rejected [{}], the real kubelet {to} rejected {} [{}]",
+        case.what(),
         predicted.len(),
         predicted.keys().cloned().collect::<Vec<_>>().join(", "),
         failed.len(),
         failed.iter().map(|(p, (r, _))| format!("{p} {r}")).collect::<Vec<_>>().join(", ")
     );
-    lab.kubectl(&[
-        "delete",
-        "pod",
-        "admit-selector",
-        "admit-affinity",
-        "admit-hostname",
-        "--grace-period=0",
-        "--force",
-        "--ignore-not-found",
-    ]);
+    let mut delete = vec!["delete", "pod"];
+    delete.extend(case.pods());
+    delete.extend(["--grace-period=0", "--force", "--ignore-not-found"]);
+    lab.kubectl(&delete);
+    if case == AdmitCase::Allocatable {
+        std::fs::write(&config, &original_config).unwrap();
+        sh(
+            Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
+            "stop-kubelet",
+        );
+        sh(
+            Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
+            "start-kubelet",
+        );
+    }
     wait_settled(lab, to_v, &format!("{pair}: after the admission case"));
     line
+}
+
+/// A quantity in thousandths, for comparing two spellings of one amount.
+fn rehash_quantity(q: &str) -> Option<i128> {
+    let (num, scale) = match q.strip_suffix('m') {
+        Some(n) => (n, 1),
+        None => (q, 1000),
+    };
+    if let Ok(n) = num.parse::<i128>() {
+        return Some(n * scale);
+    }
+    let (n, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit())?);
+    let mult: i128 = match unit {
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" => 1000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => return None,
+    };
+    Some(n.parse::<i128>().ok()? * mult * 1000)
 }
 
 /// One window of issue 37's table: made longer than the grace period on purpose.

@@ -31,9 +31,10 @@
 //! (`CriticalPodAdmissionHandler`, pkg/kubelet/preemption/preemption.go); that is said as a
 //! `warn`. Not replayed: device plugin resources re-registered after the restart
 //! (`pluginResourceUpdateFunc`), `SupplementalGroupsPolicy` (1.33+) and the node's declared
-//! features (NodeDeclaredFeatures), the sysctl and AppArmor admit handlers, and the new
-//! kubelet's own allocatable: it admits against the Node's `status.allocatable` unless its
-//! first node status update, with what its configuration computes, reaches the lister first.
+//! features (NodeDeclaredFeatures), and the sysctl and AppArmor admit handlers. The
+//! allocatable admitted against is the Node's `status.allocatable`, or what the new kubelet's
+//! configuration gives when the plan recomputes it ([`crate::allocatable`]): the kubelet's
+//! first node status update, which writes it, goes off before its sync loop admits the pods.
 
 use hashcompat::KubeletVersion;
 use serde::Deserialize;
@@ -90,6 +91,10 @@ pub struct NodeStatus {
     /// `allocatable`: what admission fits requests into.
     #[serde(default)]
     pub allocatable: BTreeMap<String, String>,
+    /// `capacity`: what the target kubelet's allocatable is computed from
+    /// ([`crate::allocatable`]).
+    #[serde(default)]
+    pub capacity: BTreeMap<String, String>,
 }
 
 /// One taint of a Node.

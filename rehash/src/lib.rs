@@ -67,6 +67,7 @@
 #![deny(missing_docs)]
 
 pub mod admission;
+pub mod allocatable;
 pub mod cri_dockerd;
 pub mod error;
 pub mod hazard;

@@ -134,3 +134,39 @@ pub(crate) fn unix_now() -> u64 {
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
+
+/// The running kubelet's command line without the program: the one whose pid `pidfile`
+/// holds, else the only process named `kubelet` under `proc_dir` (the host's `/proc`). Several
+/// kubelets (a containerized one beside the node's, the lab's concurrent runs) and none are
+/// both `None`: a command line that may be another kubelet's is not read.
+pub fn running_kubelet_args(proc_dir: &Path, pidfile: Option<&Path>) -> Option<Vec<String>> {
+    let pid: u32 = match pidfile {
+        Some(f) => std::fs::read_to_string(f).ok()?.trim().parse().ok()?,
+        None => {
+            let found: Vec<u32> = std::fs::read_dir(proc_dir)
+                .ok()?
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| {
+                    std::fs::read_to_string(proc_dir.join(pid.to_string()).join("comm"))
+                        .is_ok_and(|c| c.trim() == "kubelet")
+                })
+                .collect();
+            match found.as_slice() {
+                [one] => *one,
+                _ => return None,
+            }
+        }
+    };
+    let raw = std::fs::read(proc_dir.join(pid.to_string()).join("cmdline")).ok()?;
+    let mut args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    if args.is_empty() {
+        return None;
+    }
+    args.remove(0);
+    Some(args)
+}

@@ -63,6 +63,14 @@ pub struct NodeFiles {
     /// admission of every pod is predicted against it ([`crate::admission`]). Without it the
     /// plan says admission was not predicted.
     pub node_object: Option<crate::admission::NodeObject>,
+    /// The configuration file the target kubelet reads (`--kubelet-config`); unset, the
+    /// running kubelet's `--config`, else `config.yaml` in [`NodeFiles::kubelet_dir`]: the
+    /// allocatable admission is predicted against is recomputed from it
+    /// ([`crate::allocatable`]).
+    pub kubelet_config: Option<std::path::PathBuf>,
+    /// The running kubelet's command line (without the program), when found: the new kubelet
+    /// gets the same flags, which override its configuration file.
+    pub kubelet_args: Option<Vec<String>>,
 }
 
 /// Containers (of distinct specs) hashed for every version to name the versions the others
@@ -295,7 +303,7 @@ impl Plan {
                 plan.hazards.push(h);
             }
         }
-        admit(&mut plan, pods, node.node_object.as_ref(), to);
+        admit(&mut plan, pods, node, to);
         plan.endpoint = Some(store.endpoint());
         plan.timings.scan_ms = scan_ms;
         plan.timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -1098,14 +1106,9 @@ fn summarize(records: &[PlanRecord], to: KubeletVersion) -> Summary {
 /// rejects is a `block` hazard, and its running containers restart whatever the rewrite does
 /// (the kubelet fails the pod and stops them). Without a Node object, a `warn` says admission
 /// went unpredicted.
-fn admit(
-    plan: &mut Plan,
-    pods: &PodIndex<'_>,
-    node: Option<&crate::admission::NodeObject>,
-    to: KubeletVersion,
-) {
+fn admit(plan: &mut Plan, pods: &PodIndex<'_>, files: &NodeFiles, to: KubeletVersion) {
     use crate::admission;
-    let Some(node) = node else {
+    let Some(node) = files.node_object.as_ref() else {
         let h = Hazard::warn(
             admission::UNKNOWN,
             format!(
@@ -1115,6 +1118,16 @@ fn admit(
         plan.warnings.push(h.message.clone());
         plan.hazards.push(h);
         return;
+    };
+    let recomputed;
+    let node = match target_allocatable(plan, files, node, to) {
+        Some(allocatable) => {
+            let mut n = node.clone();
+            n.status.allocatable = allocatable;
+            recomputed = n;
+            &recomputed
+        }
+        None => node,
     };
     let raws: Vec<&[u8]> = pods.pods.iter().map(|p| p.raw).collect();
     let verdict = admission::predict(&raws, node, to);
@@ -1150,6 +1163,91 @@ fn admit(
         plan.warnings.push(h.message.clone());
         plan.hazards.push(h);
     }
+}
+
+/// The allocatable the target kubelet admits against when its configuration file gives
+/// another one than the Node reports ([`crate::allocatable`]), said as a `warn`
+/// `allocatable-changes`; a file that cannot be applied is a `warn`
+/// `allocatable-not-recomputed`, and the Node's allocatable is used.
+fn target_allocatable(
+    plan: &mut Plan,
+    files: &NodeFiles,
+    node: &crate::admission::NodeObject,
+    to: KubeletVersion,
+) -> Option<BTreeMap<String, String>> {
+    use crate::allocatable::{self, Target};
+    let default = files
+        .kubelet_dir
+        .as_ref()
+        .map(|d| d.join(crate::hazard::KUBELET_CONFIG_FILE));
+    let config = allocatable::config_path(
+        files.kubelet_config.as_deref(),
+        files.kubelet_args.as_deref(),
+        default.as_deref(),
+    )?;
+    let Ok((bytes, _)) = storepatch::atomic::read_regular_nofollow(&config) else {
+        if files.kubelet_config.is_some() {
+            let h = Hazard::warn(
+                "allocatable-not-recomputed",
+                format!(
+                    "cannot read the kubelet configuration {}: admission is predicted against the Node's allocatable",
+                    config.display()
+                ),
+            );
+            plan.warnings.push(h.message.clone());
+            plan.hazards.push(h);
+        }
+        return None;
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let unread = if files.kubelet_args.is_none() {
+        " (the running kubelet's command line was not read: flags such as --max-pods or --kube-reserved override the file)"
+    } else {
+        ""
+    };
+    let h = match allocatable::target(
+        &config,
+        &text,
+        &node.status.capacity,
+        &node.status.allocatable,
+        files.kubelet_args.as_deref(),
+        to,
+    ) {
+        Target::Unknown | Target::Same => return None,
+        Target::NotRecomputed { config, why } => {
+            let h = Hazard::warn(
+                "allocatable-not-recomputed",
+                format!("the allocatable of kubelet {to} is not recomputed from {config}: {why}"),
+            );
+            plan.warnings.push(h.message.clone());
+            plan.hazards.push(h);
+            return None;
+        }
+        Target::Changed {
+            config,
+            changes,
+            allocatable,
+        } => {
+            let list: Vec<String> = changes
+                .iter()
+                .map(|(k, a, b)| format!("{k} {} → {b}", if a.is_empty() { "(none)" } else { a }))
+                .collect();
+            let mut h = Hazard::warn(
+                "allocatable-changes",
+                format!(
+                    "kubelet {to} computes another allocatable from {config} than node {} reports: {}; it admits the running pods against the new one, and the plan predicts admission so{unread}",
+                    node.metadata.name,
+                    list.join(", ")
+                ),
+            );
+            h.files = vec![config];
+            (h, allocatable)
+        }
+    };
+    let (h, allocatable) = h;
+    plan.warnings.push(h.message.clone());
+    plan.hazards.push(h);
+    Some(allocatable)
 }
 
 /// What a plan reads of the node besides the pods: the kubelet's checkpoints, then the store.
