@@ -190,6 +190,12 @@ impl Lab {
         self.kubectl(&["apply", "-f", &f.display().to_string()]);
     }
 
+    /// Runs `k8s-lab.sh VERB --dir DIR` (`stop-kubelet`, `start-kubelet`, …), panicking
+    /// unless it succeeds.
+    fn run(&self, verb: &str) {
+        sh(Command::new("sh").arg("-c").arg(self.lab(verb)), verb);
+    }
+
     fn lab(&self, verb: &str) -> String {
         format!(
             "{} {verb} --dir {}",
@@ -919,19 +925,13 @@ fn allocation_state_recreated(lab: &Lab, version: &str, pair: &str) -> Vec<Strin
             gone.join(" and ")
         );
         let before = observe(lab);
-        sh(
-            Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
-            "stop-kubelet",
-        );
+        lab.run("stop-kubelet");
         for f in gone {
             let path = kubelet_dir.join(f);
             assert!(path.is_file(), "{what}: {} exists before", path.display());
             std::fs::remove_file(&path).unwrap();
         }
-        sh(
-            Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
-            "start-kubelet",
-        );
+        lab.run("start-kubelet");
         wait_settled(lab, version, &what);
         // the kubelet syncs every pod in these seconds: a restart or a resize it decides
         // comes now
@@ -1978,7 +1978,7 @@ fn fresh_dockershim_control(
     std::thread::sleep(Duration::from_secs(5));
     let before = observe(&lab);
     for verb in ["stop-kubelet", "stop-runtime"] {
-        sh(Command::new("sh").arg("-c").arg(lab.lab(verb)), verb);
+        lab.run(verb);
     }
     std::fs::write(
         lab.var("KUBELET_FLAGS_FILE"),
@@ -1995,7 +1995,7 @@ fn fresh_dockershim_control(
         "cp the new kubelet",
     );
     for verb in ["start-runtime", "start-kubelet"] {
-        sh(Command::new("sh").arg("-c").arg(lab.lab(verb)), verb);
+        lab.run(verb);
     }
     let what = format!("{pair}: the switch by hand from a fresh dockershim node");
     wait_settled(&lab, &to_v, &what);
@@ -2120,14 +2120,8 @@ fn run_pair(
     // ---- baseline: the same kubelet restarted, nothing else changed ----
     let baseline_before = observe(&lab);
     let sampler = Sampler::start(&lab);
-    sh(
-        Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
-        "stop-kubelet",
-    );
-    sh(
-        Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
-        "start-kubelet",
-    );
+    lab.run("stop-kubelet");
+    lab.run("start-kubelet");
     wait_settled(&lab, &from_v, &format!("{pair}: baseline"));
     std::thread::sleep(Duration::from_secs(15));
     wait_settled(&lab, &from_v, &format!("{pair}: baseline"));
@@ -2208,10 +2202,7 @@ fn run_pair(
     lab.write_pods(&pods);
     let (without_ctl, _) = planned(&lab, &pods, to);
     let sampler = Sampler::start(&lab);
-    sh(
-        Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
-        "stop-kubelet",
-    );
+    lab.run("stop-kubelet");
     // Copied by cp, never through a descriptor of this process: a curl the sampler's thread
     // forks meanwhile inherits every open descriptor until its exec, and the kubelet's start
     // then fails with ETXTBSY ("Text file busy", seen on a loaded CI machine).
@@ -2221,10 +2212,7 @@ fn run_pair(
             .arg(lab.var("KUBELET_PATH")),
         "cp the new kubelet",
     );
-    sh(
-        Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
-        "start-kubelet",
-    );
+    lab.run("start-kubelet");
     // The control sees everything: it waits for the restarts it knows of (at most 120 s), then
     // for the node to settle, then 15 s more, and judges what it observes then: a restart that
     // came after the expected ones counts.
@@ -2730,14 +2718,8 @@ fn admission_case(
         "{pair}: {case:?}: the plan rejects {expected:?} (it said {predicted:#?})"
     );
 
-    sh(
-        Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
-        "stop-kubelet",
-    );
-    sh(
-        Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
-        "start-kubelet",
-    );
+    lab.run("stop-kubelet");
+    lab.run("start-kubelet");
     // The kubelet admits every pod within its first sync. A rejected pod ends: its status
     // goes terminal, but the phase the API server keeps is not always Failed — the real 1.31
     // kubelet logged "Pod admission denied … reason=NodeAffinity" and then reported the pod
@@ -2852,14 +2834,8 @@ fn admission_case(
     lab.kubectl(&delete);
     if case == AdmitCase::Allocatable {
         std::fs::write(&config, &original_config).unwrap();
-        sh(
-            Command::new("sh").arg("-c").arg(lab.lab("stop-kubelet")),
-            "stop-kubelet",
-        );
-        sh(
-            Command::new("sh").arg("-c").arg(lab.lab("start-kubelet")),
-            "start-kubelet",
-        );
+        lab.run("stop-kubelet");
+        lab.run("start-kubelet");
     }
     wait_settled(lab, to_v, &format!("{pair}: after the admission case"));
     line
