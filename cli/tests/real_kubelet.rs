@@ -2551,10 +2551,8 @@ fn cpu_pod(name: &str) -> String {
 fn requested_cpu_millis(lab: &Lab) -> i64 {
     let millis = |c: &Value| -> i64 {
         let q = c["resources"]["requests"]["cpu"].as_str().unwrap_or("0");
-        match q.strip_suffix('m') {
-            Some(m) => m.parse().unwrap(),
-            None => (q.parse::<f64>().unwrap() * 1000.0).ceil() as i64,
-        }
+        rehash::admission::parse_quantity_millis(q)
+            .unwrap_or_else(|| panic!("a cpu request that is a quantity: {q:?}")) as i64
     };
     lab.pods_of_node()["items"]
         .as_array()
@@ -2814,8 +2812,8 @@ fn admission_case(
         for (k, v) in &computed {
             let real = reported["status"]["allocatable"][k].as_str().unwrap_or("");
             assert_eq!(
-                rehash_quantity(real),
-                rehash_quantity(v),
+                rehash::admission::parse_quantity_millis(real),
+                rehash::admission::parse_quantity_millis(v),
                 "{pair}: allocatable {k}: kubelet-rehash computes {v} from the configuration, the real kubelet {to} reports {real}"
             );
         }
@@ -2839,28 +2837,6 @@ fn admission_case(
     }
     wait_settled(lab, to_v, &format!("{pair}: after the admission case"));
     line
-}
-
-/// A quantity in thousandths, for comparing two spellings of one amount.
-fn rehash_quantity(q: &str) -> Option<i128> {
-    let (num, scale) = match q.strip_suffix('m') {
-        Some(n) => (n, 1),
-        None => (q, 1000),
-    };
-    if let Ok(n) = num.parse::<i128>() {
-        return Some(n * scale);
-    }
-    let (n, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit())?);
-    let mult: i128 = match unit {
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "k" => 1000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        _ => return None,
-    };
-    Some(n.parse::<i128>().ok()? * mult * 1000)
 }
 
 /// One window of issue 37's table: made longer than the grace period on purpose.

@@ -308,7 +308,7 @@ fn amount(resource: &str, q: &str) -> Option<i128> {
 }
 
 /// A Kubernetes quantity (`500m`, `1.5Gi`, `2e3`, `128974848`) times 1000, rounded up.
-pub(crate) fn parse_quantity_millis(q: &str) -> Option<i128> {
+pub fn parse_quantity_millis(q: &str) -> Option<i128> {
     let q = q.trim();
     let (sign, q) = match q.strip_prefix('-') {
         Some(rest) => (-1, rest),

@@ -135,6 +135,35 @@ pub(crate) fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// The pids of the processes under `proc_dir` whose `comm` is `name`, in ascending order.
+pub fn pids_named(proc_dir: &Path, name: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(proc_dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(proc_dir.join(pid.to_string()).join("comm"))
+                .is_ok_and(|c| c.trim() == name)
+        })
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// A process's command line (`/proc/PID/cmdline`), the program first; `None` when unreadable
+/// or empty (a kernel thread, a zombie).
+pub fn cmdline(proc_dir: &Path, pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(proc_dir.join(pid.to_string()).join("cmdline")).ok()?;
+    let args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    (!args.is_empty()).then_some(args)
+}
+
 /// The running kubelet's command line without the program: the one whose pid `pidfile`
 /// holds, else the only process named `kubelet` under `proc_dir` (the host's `/proc`). Several
 /// kubelets (a containerized one beside the node's, the lab's concurrent runs) and none are
@@ -142,31 +171,10 @@ pub(crate) fn unix_now() -> u64 {
 pub fn running_kubelet_args(proc_dir: &Path, pidfile: Option<&Path>) -> Option<Vec<String>> {
     let pid: u32 = match pidfile {
         Some(f) => std::fs::read_to_string(f).ok()?.trim().parse().ok()?,
-        None => {
-            let found: Vec<u32> = std::fs::read_dir(proc_dir)
-                .ok()?
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter(|pid| {
-                    std::fs::read_to_string(proc_dir.join(pid.to_string()).join("comm"))
-                        .is_ok_and(|c| c.trim() == "kubelet")
-                })
-                .collect();
-            match found.as_slice() {
-                [one] => *one,
-                _ => return None,
-            }
-        }
+        None => match pids_named(proc_dir, "kubelet").as_slice() {
+            [one] => *one,
+            _ => return None,
+        },
     };
-    let raw = std::fs::read(proc_dir.join(pid.to_string()).join("cmdline")).ok()?;
-    let mut args: Vec<String> = raw
-        .split(|b| *b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    if args.is_empty() {
-        return None;
-    }
-    args.remove(0);
-    Some(args)
+    cmdline(proc_dir, pid).map(|args| args.into_iter().skip(1).collect())
 }

@@ -1185,69 +1185,63 @@ fn target_allocatable(
         files.kubelet_args.as_deref(),
         default.as_deref(),
     )?;
-    let Ok((bytes, _)) = storepatch::atomic::read_regular_nofollow(&config) else {
-        if files.kubelet_config.is_some() {
-            let h = Hazard::warn(
-                "allocatable-not-recomputed",
-                format!(
-                    "cannot read the kubelet configuration {}: admission is predicted against the Node's allocatable",
-                    config.display()
-                ),
-            );
-            plan.warnings.push(h.message.clone());
-            plan.hazards.push(h);
-        }
-        return None;
+    let not_recomputed = |why: String| {
+        (
+            Hazard::warn("allocatable-not-recomputed", why),
+            None::<BTreeMap<String, String>>,
+        )
     };
-    let text = String::from_utf8_lossy(&bytes);
-    let unread = if files.kubelet_args.is_none() {
-        " (the running kubelet's command line was not read: flags such as --max-pods or --kube-reserved override the file)"
-    } else {
-        ""
+    let (h, allocatable) = match storepatch::atomic::read_regular_nofollow(&config) {
+        // a default path that is not there is simply not read; a named one must be
+        Err(_) if files.kubelet_config.is_none() => return None,
+        Err(_) => not_recomputed(format!(
+            "cannot read the kubelet configuration {}: admission is predicted against the Node's allocatable",
+            config.display()
+        )),
+        Ok((bytes, _)) => match allocatable::target(
+            &config,
+            &String::from_utf8_lossy(&bytes),
+            &node.status.capacity,
+            &node.status.allocatable,
+            files.kubelet_args.as_deref(),
+            to,
+        ) {
+            Target::Unknown | Target::Same => return None,
+            Target::NotRecomputed { config, why } => not_recomputed(format!(
+                "the allocatable of kubelet {to} is not recomputed from {config}: {why}"
+            )),
+            Target::Changed {
+                config,
+                changes,
+                allocatable,
+            } => {
+                let unread = if files.kubelet_args.is_none() {
+                    " (the running kubelet's command line was not read: flags such as --max-pods or --kube-reserved override the file)"
+                } else {
+                    ""
+                };
+                let list: Vec<String> = changes
+                    .iter()
+                    .map(|(k, a, b)| {
+                        format!("{k} {} → {b}", if a.is_empty() { "(none)" } else { a })
+                    })
+                    .collect();
+                let mut h = Hazard::warn(
+                    "allocatable-changes",
+                    format!(
+                        "kubelet {to} computes another allocatable from {config} than node {} reports: {}; it admits the running pods against the new one, and the plan predicts admission so{unread}",
+                        node.metadata.name,
+                        list.join(", ")
+                    ),
+                );
+                h.files = vec![config];
+                (h, Some(allocatable))
+            }
+        },
     };
-    let h = match allocatable::target(
-        &config,
-        &text,
-        &node.status.capacity,
-        &node.status.allocatable,
-        files.kubelet_args.as_deref(),
-        to,
-    ) {
-        Target::Unknown | Target::Same => return None,
-        Target::NotRecomputed { config, why } => {
-            let h = Hazard::warn(
-                "allocatable-not-recomputed",
-                format!("the allocatable of kubelet {to} is not recomputed from {config}: {why}"),
-            );
-            plan.warnings.push(h.message.clone());
-            plan.hazards.push(h);
-            return None;
-        }
-        Target::Changed {
-            config,
-            changes,
-            allocatable,
-        } => {
-            let list: Vec<String> = changes
-                .iter()
-                .map(|(k, a, b)| format!("{k} {} → {b}", if a.is_empty() { "(none)" } else { a }))
-                .collect();
-            let mut h = Hazard::warn(
-                "allocatable-changes",
-                format!(
-                    "kubelet {to} computes another allocatable from {config} than node {} reports: {}; it admits the running pods against the new one, and the plan predicts admission so{unread}",
-                    node.metadata.name,
-                    list.join(", ")
-                ),
-            );
-            h.files = vec![config];
-            (h, allocatable)
-        }
-    };
-    let (h, allocatable) = h;
     plan.warnings.push(h.message.clone());
     plan.hazards.push(h);
-    Some(allocatable)
+    allocatable
 }
 
 /// What a plan reads of the node besides the pods: the kubelet's checkpoints, then the store.

@@ -134,19 +134,14 @@ fn kubelet_synced(lab: &Lab) -> Option<(u64, usize)> {
             .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
             .map(str::to_string)
     };
-    let pki = Path::new(lab.var("LAB_DIR")).join("pki");
-    let o = Command::new("curl")
-        .args(["-sf", "--max-time", "2", "--cacert"])
-        .arg(pki.join("ca.crt"))
-        .arg("--cert")
-        .arg(pki.join("admin.crt"))
-        .arg("--key")
-        .arg(pki.join("admin.key"))
-        .arg(format!(
-            "https://{}:{}/metrics",
-            var("node_ip")?,
-            var("kubelet_port")?
-        ))
+    // the lab's admin client, addressed to the kubelet's own port
+    let kubelet = watch::AdminCurl {
+        pki: Path::new(lab.var("LAB_DIR")).join("pki"),
+        server: format!("https://{}:{}", var("node_ip")?, var("kubelet_port")?),
+    };
+    let o = kubelet
+        .command("/metrics")
+        .args(["--max-time", "2"])
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&o.stdout);

@@ -342,27 +342,13 @@ impl NodeControl for SystemNode {
             let pid: u32 = std::fs::read_to_string(f).ok()?.trim().parse().ok()?;
             return self.pid_alive(pid).then_some(pid);
         }
-        let mut found: Vec<u32> = std::fs::read_dir(&self.proc_dir)
-            .ok()?
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| {
-                std::fs::read_to_string(self.proc_dir.join(pid.to_string()).join("comm"))
-                    .is_ok_and(|c| c.trim() == self.kubelet_process)
-            })
-            .collect();
-        found.sort();
-        found.first().copied()
+        crate::node::pids_named(&self.proc_dir, &self.kubelet_process)
+            .first()
+            .copied()
     }
 
     fn cmdline(&self, pid: u32) -> Option<Vec<String>> {
-        let raw = std::fs::read(self.proc_dir.join(pid.to_string()).join("cmdline")).ok()?;
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .filter(|s| !s.is_empty())
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect();
-        (!args.is_empty()).then_some(args)
+        crate::node::cmdline(&self.proc_dir, pid)
     }
 
     fn pid_alive(&self, pid: u32) -> bool {
