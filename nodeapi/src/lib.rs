@@ -15,6 +15,10 @@
 //! Nothing here writes to the node; the one write to the API server is the node's heartbeat
 //! ([`heartbeat`]: its Lease's renewTime, or its Ready condition's lastHeartbeatTime), which
 //! `upgrade` renews while the kubelet is down.
+//!
+//! The same client also serves the operator's side ([`NodeApi::create_object`] and its
+//! siblings, with an administrator's kubeconfig): the status guard registers its webhook
+//! configuration through it.
 
 #![deny(missing_docs)]
 
@@ -23,6 +27,7 @@ mod client;
 mod error;
 pub mod heartbeat;
 mod kubeconfig;
+mod objects;
 
 pub use cert::Certificate;
 pub use client::{Guard, NodeApi, NodeInfo, Options, ServerVersion};
