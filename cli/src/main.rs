@@ -4,6 +4,7 @@
 
 mod api_pods;
 mod dist;
+mod guard_cmd;
 mod hash_cmd;
 mod hold_ready;
 mod render;
@@ -236,6 +237,20 @@ enum Command {
         /// at every start).
         #[arg(long)]
         values: bool,
+    },
+    /// Keep a window's nodes Ready and their pods in their Services while their kubelets
+    /// restart: the status guard, an admission webhook run from the operator's side.
+    ///
+    /// Run with an administrator's kubeconfig, it holds
+    /// back for a bounded time what a starting kubelet before 1.31 (its node's startup-only
+    /// NotReady) and before 1.35 (its probed containers' readiness) writes about the very
+    /// containers it adopted. Registered with failurePolicy Ignore: a guard that is down blocks
+    /// nothing. Removed when --for is over, at SIGINT/SIGTERM, or by --remove after a killed
+    /// run. Writes JSON Lines: armed, every update held back, removed.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Guard {
+        #[command(flatten)]
+        guard: guard_cmd::GuardFlags,
     },
     /// List the supported kubelet versions and their hash algorithms.
     Versions {
@@ -1097,6 +1112,7 @@ fn main() -> ExitCode {
             *values,
             &mut out,
         ),
+        Command::Guard { guard } => guard_cmd::cmd_guard(guard, &mut out),
         Command::Versions { output } => cmd_versions(*output, &mut out)
             .map(|_| exit::OK)
             .map_err(Failure::output),

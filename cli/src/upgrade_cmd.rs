@@ -152,13 +152,18 @@ pub struct UpgradeFlags {
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
+/// Whether SIGINT or SIGTERM came.
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
 /// SIGINT and SIGTERM only raise the flag the library checks: inside the window the run goes
 /// back to a safe state, and a second signal changes nothing.
-fn catch_signals() {
+pub(crate) fn catch_signals() {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);

@@ -70,6 +70,7 @@ fn help_texts() {
         Some("verify"),
         Some("rollback"),
         Some("upgrade"),
+        Some("guard"),
         Some("hash"),
         Some("versions"),
         Some("completions"),
