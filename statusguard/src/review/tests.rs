@@ -23,21 +23,27 @@ fn ready_node(status: &str, message: &str) -> Value {
     ]}})
 }
 
+/// Node n1's own update from Ready to a kubelet's startup-only NotReady, in AdmissionReview
+/// version `api`.
+fn startup_not_ready(api: &str) -> Vec<u8> {
+    admission(
+        api,
+        "system:node:n1",
+        "Node",
+        "n1",
+        ready_node("True", "kubelet is posting ready status"),
+        ready_node(
+            "False",
+            "container runtime status check may not have completed yet",
+        ),
+    )
+}
+
 #[test]
 fn the_answer_is_an_admission_review_of_the_requests_version_with_a_json_patch() {
     let guard = Guard::new(["n1".to_string()], Instant::now() + Duration::from_secs(60));
     for api in ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] {
-        let body = admission(
-            api,
-            "system:node:n1",
-            "Node",
-            "n1",
-            ready_node("True", "kubelet is posting ready status"),
-            ready_node(
-                "False",
-                "container runtime status check may not have completed yet",
-            ),
-        );
+        let body = startup_not_ready(api);
         let (answer, decision) = guard.review(&body, Instant::now()).unwrap();
         let answer: Value = serde_json::from_slice(&answer).unwrap();
         assert_eq!(
@@ -156,22 +162,7 @@ fn a_rejecting_guard_refuses_the_held_pod_update_and_still_amends_the_node() {
         "the held pod update is refused"
     );
     assert!(answer["response"]["patch"].is_null(), "and not amended");
-    let (answer, _) = guard
-        .review(
-            &admission(
-                v1,
-                "system:node:n1",
-                "Node",
-                "n1",
-                ready_node("True", "kubelet is posting ready status"),
-                ready_node(
-                    "False",
-                    "container runtime status check may not have completed yet",
-                ),
-            ),
-            t,
-        )
-        .unwrap();
+    let (answer, _) = guard.review(&startup_not_ready(v1), t).unwrap();
     let answer: Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(
         answer["response"]["allowed"], true,
