@@ -91,7 +91,7 @@ fn completions_for_bash_zsh_and_fish_name_every_subcommand() {
     for shell in ["bash", "zsh", "fish"] {
         let script = stdout_of(&["completions", shell]);
         for sub in [
-            "plan", "patch", "verify", "rollback", "upgrade", "hash", "versions",
+            "plan", "patch", "verify", "rollback", "upgrade", "guard", "hash", "versions",
         ] {
             assert!(script.contains(sub), "{shell} completions name {sub}");
         }
@@ -131,6 +131,7 @@ fn man_writes_one_page_per_visible_command_and_stays_out_of_help() {
     pages.sort();
     let want: Vec<&str> = vec![
         "kubelet-rehash-completions.1",
+        "kubelet-rehash-guard.1",
         "kubelet-rehash-hash.1",
         "kubelet-rehash-patch.1",
         "kubelet-rehash-plan.1",
