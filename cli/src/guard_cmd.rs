@@ -117,18 +117,13 @@ fn connect(flags: &GuardFlags) -> Result<(NodeApi, u32), Failure> {
     let kc = Kubeconfig::load(&flags.kubeconfig, None)?;
     let api = NodeApi::connect(&kc, Options::default())?;
     let version = api.version()?;
-    // "37", "37+" (some distributions add a +)
-    let minor = version
-        .minor
-        .trim_end_matches('+')
-        .parse()
-        .map_err(|_| Failure {
-            code: crate::api_pods::API,
-            msg: format!(
-                "the API server's version {:?} has no minor number",
-                version.git_version
-            ),
-        })?;
+    let minor = version.minor_number().ok_or_else(|| Failure {
+        code: crate::api_pods::API,
+        msg: format!(
+            "the API server's version {:?} has no minor number",
+            version.git_version
+        ),
+    })?;
     Ok((api, minor))
 }
 
@@ -162,8 +157,8 @@ fn remove(api: &NodeApi, collection: &str, name: &str, run: Option<&str>) -> Res
 pub(crate) fn cmd_guard(flags: &GuardFlags, out: &mut dyn Write) -> Done {
     if flags.remove {
         let (api, minor) = connect(flags)?;
-        let reg = Registration::collection_for(minor);
-        let removed = remove(&api, reg, &flags.name, None)?;
+        let collection = Registration::collection_for(minor);
+        let removed = remove(&api, collection, &flags.name, None)?;
         line(
             out,
             json!({"event": "removed", "name": flags.name, "found": removed}),

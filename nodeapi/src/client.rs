@@ -64,6 +64,13 @@ pub struct ServerVersion {
     pub git_version: String,
 }
 
+impl ServerVersion {
+    /// The minor as a number (`"37+"` → 37); `None` when it is not one.
+    pub fn minor_number(&self) -> Option<u32> {
+        self.minor.trim_end_matches('+').parse().ok()
+    }
+}
+
 /// What the Node object says of its kubelet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -747,6 +754,18 @@ mod tests {
         assert!(out.windows(items.len()).any(|w| w == items));
         let empty: serde_json::Value = serde_json::from_slice(&pod_list("", b"")).unwrap();
         assert_eq!(empty["items"].as_array().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn the_server_minor_is_read_with_a_distributions_plus() {
+        let v = |minor: &str| super::ServerVersion {
+            major: "1".into(),
+            minor: minor.into(),
+            git_version: "v1.x".into(),
+        };
+        assert_eq!(v("37").minor_number(), Some(37));
+        assert_eq!(v("30+").minor_number(), Some(30));
+        assert_eq!(v("").minor_number(), None);
     }
 
     #[test]

@@ -163,12 +163,11 @@ fn unready_at(lab: &Lab, name: &str, since: Instant, limit: Duration) -> Option<
 fn not_ready_after(lab: &Lab, since: Instant, limit: Duration) -> Option<(f64, String)> {
     while since.elapsed() < limit {
         let node = lab.json(&["get", "node", lab.var("NODE")]);
-        if let Some((_, c)) = node["status"]["conditions"]
+        if let Some(c) = node["status"]["conditions"]
             .as_array()
             .into_iter()
             .flatten()
-            .enumerate()
-            .find(|(_, c)| c["type"] == "Ready")
+            .find(|c| c["type"] == "Ready")
         {
             if c["status"] != "True" {
                 return Some((
