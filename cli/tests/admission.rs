@@ -291,3 +291,55 @@ fn a_kubelet_configuration_that_shrinks_allocatable_is_what_the_plan_admits_agai
         "and admission goes by the Node's allocatable"
     );
 }
+
+#[test]
+fn a_feature_gate_turned_off_in_the_new_configuration_rejects_the_pods_that_need_the_feature() {
+    let n = small("containerd-1.7");
+    let mut pods: Value = serde_json::from_slice(&std::fs::read(n.pods()).unwrap()).unwrap();
+    // the first pod's first container gets a RestartAllContainers rule: the pod needs the node
+    // feature RestartAllContainersOnContainerExits
+    let first = &mut pods["items"][0];
+    let name = format!(
+        "{}/{}",
+        first["metadata"]["namespace"].as_str().unwrap(),
+        first["metadata"]["name"].as_str().unwrap()
+    );
+    first["spec"]["containers"][0]["restartPolicy"] = json!("Never");
+    first["spec"]["containers"][0]["restartPolicyRules"] = json!([{"action": "RestartAllContainers",
+        "exitCodes": {"operator": "In", "values": [42]}}]);
+    std::fs::write(n.pods(), serde_json::to_vec(&pods).unwrap()).unwrap();
+    let node = write_node_with_capacity(&n.dir, &pods);
+    let config = n.dir.join("kubelet-config.yaml");
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 250\nevictionHard: {}\n";
+    let rejected = |to: &str, gates: &str| {
+        std::fs::write(&config, format!("{head}{gates}")).unwrap();
+        let run = plan_with_node(
+            &n,
+            to,
+            &node,
+            &["--kubelet-config", config.to_str().unwrap()],
+        );
+        hazards(&json_of(&run), REJECTED)
+    };
+    let off = "featureGates:\n  RestartAllContainersOnContainerExits: false\n";
+    let named = rejected("1.37", off);
+    assert_eq!(
+        named.len(),
+        1,
+        "one pod needs the feature whose gate is off: {named:#?}"
+    );
+    let message = named[0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("pod {name}: "))
+            && message.contains("(PodFeatureUnsupported: Pod requires node features that are not available: RestartAllContainersOnContainerExits)"),
+        "the hazard names the pod and the kubelet's reason and message: {message}"
+    );
+    assert!(
+        rejected("1.37", "").is_empty(),
+        "with the gate at its default (on from 1.36) the pod is kept"
+    );
+    assert!(
+        rejected("1.35", off).is_empty(),
+        "a 1.35 kubelet has no declared-features admit handler (its gate alpha, off)"
+    );
+}

@@ -2374,8 +2374,13 @@ fn run_pair(
     // ---- issue 52: the pods the restarted kubelet rejects at admission, as planned ----
     // (from 1.30: the case reads the kubelet's structured "Pod admission denied" log line and
     // was proven on 1.31; older kubelets word and log admission otherwise)
+    // (the declared-features handler: 1.36+, its gate beta and on; GA in 1.37)
     if minor >= 30 {
-        for case in [AdmitCase::Label, AdmitCase::Allocatable] {
+        let declared = (minor >= 36).then_some(AdmitCase::DeclaredFeature);
+        for case in [AdmitCase::Label, AdmitCase::Allocatable]
+            .into_iter()
+            .chain(declared)
+        {
             let admission = admission_case(&lab, t.path(), &pair, to, &to_v, case);
             eprintln!("real_kubelet: {admission}");
         }
@@ -2545,6 +2550,10 @@ enum AdmitCase {
     /// allocatable holds the first of two pods requesting 400m and not the second
     /// ([`cpu_pod`]).
     Allocatable,
+    /// The kubelet's configuration turns off the gate of a feature a running pod needs
+    /// (`RestartAllContainersOnContainerExits`, on by default from 1.36), so the restarted
+    /// kubelet no longer declares it ([`restart_all_pod`]; 1.36+).
+    DeclaredFeature,
 }
 
 impl AdmitCase {
@@ -2552,6 +2561,7 @@ impl AdmitCase {
         match self {
             AdmitCase::Label => &["admit-selector", "admit-affinity", "admit-hostname"],
             AdmitCase::Allocatable => &["admit-cpu-first", "admit-cpu-second"],
+            AdmitCase::DeclaredFeature => &["admit-restart-all", "admit-plain"],
         }
     }
 
@@ -2560,6 +2570,9 @@ impl AdmitCase {
             AdmitCase::Label => "a selected label was removed",
             AdmitCase::Allocatable => {
                 "systemReserved cpu was raised in the kubelet's configuration"
+            }
+            AdmitCase::DeclaredFeature => {
+                "a declared feature's gate was turned off in the kubelet's configuration"
             }
         }
     }
@@ -2570,6 +2583,18 @@ fn cpu_pod(name: &str) -> String {
     idle_pod(
         &format!("name: {name}"),
         "    resources: {requests: {cpu: 400m}}\n",
+    )
+}
+
+/// The feature gate the declared-feature case turns off.
+const DECLARED_GATE: &str = "RestartAllContainersOnContainerExits";
+
+/// A pod that needs the node feature `RestartAllContainersOnContainerExits`: a restart rule
+/// whose action is `RestartAllContainers` (it never fires: the container never exits 42).
+fn restart_all_pod(name: &str) -> String {
+    idle_pod(
+        &format!("name: {name}"),
+        "    restartPolicy: Never\n    restartPolicyRules:\n    - action: RestartAllContainers\n      exitCodes: {operator: In, values: [42]}\n",
     )
 }
 
@@ -2675,6 +2700,28 @@ fn admission_case(
             text.extend_from_slice(format!("systemReserved:\n  cpu: {reserved}m\n").as_bytes());
             std::fs::write(&config, text).unwrap();
         }
+        AdmitCase::DeclaredFeature => {
+            let declared = lab.json(&["get", "node", &node])["status"]["declaredFeatures"].clone();
+            assert!(
+                declared
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|f| f == DECLARED_GATE)),
+                "{pair}: kubelet {to} declares {DECLARED_GATE} by default: {declared}"
+            );
+            lab.apply(&restart_all_pod("admit-restart-all"));
+            lab.apply(&idle_pod("name: admit-plain", ""));
+            wait_settled(lab, to_v, &format!("{pair}: admission pods"));
+            let text = String::from_utf8(original_config.clone()).unwrap();
+            // k8s-lab.sh writes `featureGates:` as a block map when the lab has gates
+            let text = match text.find("featureGates:\n") {
+                Some(at) => {
+                    let end = at + "featureGates:\n".len();
+                    format!("{}  {DECLARED_GATE}: false\n{}", &text[..end], &text[end..])
+                }
+                None => format!("{text}featureGates:\n  {DECLARED_GATE}: false\n"),
+            };
+            std::fs::write(&config, text).unwrap();
+        }
     }
 
     let pods = tmp.join("pods-admission.json");
@@ -2737,6 +2784,7 @@ fn admission_case(
     let expected: &[&str] = match case {
         AdmitCase::Label => &["default/admit-selector", "default/admit-affinity"],
         AdmitCase::Allocatable => &["default/admit-cpu-second"],
+        AdmitCase::DeclaredFeature => &["default/admit-restart-all"],
     };
     assert!(
         expected.iter().all(|p| predicted.contains_key(*p)),
@@ -2857,7 +2905,7 @@ fn admission_case(
     delete.extend(case.pods());
     delete.extend(["--grace-period=0", "--force", "--ignore-not-found"]);
     lab.kubectl(&delete);
-    if case == AdmitCase::Allocatable {
+    if case != AdmitCase::Label {
         std::fs::write(&config, &original_config).unwrap();
         lab.run("stop-kubelet");
         lab.run("start-kubelet");

@@ -29,13 +29,16 @@
 //! A critical pod (a static pod, or priority ≥ 2,000,000,000) that fails on resources alone
 //! is not rejected: the kubelet evicts lower-priority pods to make room
 //! (`CriticalPodAdmissionHandler`, pkg/kubelet/preemption/preemption.go); that is said as a
-//! `warn`. Not replayed: device plugin resources re-registered after the restart
-//! (`pluginResourceUpdateFunc`), `SupplementalGroupsPolicy` (1.33+) and the node's declared
-//! features (NodeDeclaredFeatures), and the sysctl and AppArmor admit handlers. The
+//! `warn`. After the predicates, from 1.36, the node's declared features
+//! ([`crate::declared_features`]: the declared-features admit handler comes after the
+//! predicate handler, so a pod both reject is rejected for the predicate). Not replayed: device
+//! plugin resources re-registered after the restart (`pluginResourceUpdateFunc`),
+//! `SupplementalGroupsPolicy` (1.33+), and the sysctl and AppArmor admit handlers. The
 //! allocatable admitted against is the Node's `status.allocatable`, or what the new kubelet's
 //! configuration gives when the plan recomputes it ([`crate::allocatable`]): the kubelet's
 //! first node status update, which writes it, goes off before its sync loop admits the pods.
 
+use crate::declared_features::{self, NodeFeatures, PodNeeds};
 use hashcompat::KubeletVersion;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,6 +50,9 @@ pub const REJECTED: &str = "kubelet-rejects-pod-at-admission";
 pub const PREEMPTS: &str = "kubelet-preempts-for-critical-pod";
 /// The hazard of a plan made without a Node object: admission is not predicted.
 pub const UNKNOWN: &str = "admission-not-predicted";
+/// The hazard of a pod that needs a feature the target kubelet declares only if its runtime
+/// supports it, which the Node does not say.
+pub const FEATURE_UNDECIDED: &str = "declared-feature-undecided";
 
 /// A pod is critical from this priority on (`scheduling.SystemCriticalPriority`).
 const SYSTEM_CRITICAL_PRIORITY: i64 = 2_000_000_000;
@@ -95,6 +101,10 @@ pub struct NodeStatus {
     /// ([`crate::allocatable`]).
     #[serde(default)]
     pub capacity: BTreeMap<String, String>,
+    /// `declaredFeatures` (1.36+): what the running kubelet declares, which tells what its
+    /// runtime supports ([`crate::declared_features`]).
+    #[serde(default, rename = "declaredFeatures")]
+    pub declared_features: Vec<String>,
 }
 
 /// One taint of a Node.
@@ -179,6 +189,12 @@ struct PodSpec {
     os: Option<PodOs>,
     #[serde(default)]
     priority: Option<i64>,
+    #[serde(default)]
+    host_network: bool,
+    #[serde(default)]
+    host_users: Option<bool>,
+    #[serde(default)]
+    ephemeral_containers: Vec<Container>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -253,6 +269,47 @@ struct Container {
     ports: Vec<Port>,
     #[serde(default)]
     restart_policy: Option<String>,
+    #[serde(default)]
+    restart_policy_rules: Vec<RestartRule>,
+    #[serde(default)]
+    volume_mounts: Vec<VolumeMount>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RestartRule {
+    #[serde(default)]
+    action: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VolumeMount {
+    #[serde(default)]
+    bind_mount_options: Vec<String>,
+}
+
+/// What the pod's spec says of the node features it needs (`InferForScheduling`).
+fn pod_needs(spec: &PodSpec) -> PodNeeds {
+    let all = || {
+        spec.containers
+            .iter()
+            .chain(&spec.init_containers)
+            .chain(&spec.ephemeral_containers)
+    };
+    PodNeeds {
+        // ephemeral containers carry no restart rules (the feature reads containers and init
+        // containers only)
+        restart_all_containers: spec
+            .containers
+            .iter()
+            .chain(&spec.init_containers)
+            .flat_map(|c| &c.restart_policy_rules)
+            .any(|r| r.action == "RestartAllContainers"),
+        host_network_user_namespace: spec.host_network && spec.host_users == Some(false),
+        bind_mount_options: all()
+            .flat_map(|c| &c.volume_mounts)
+            .any(|m| !m.bind_mount_options.is_empty()),
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -293,6 +350,9 @@ pub struct Admission {
     pub rejected: Vec<Rejection>,
     /// Critical pods it admits only by evicting others (`namespace/name`, reason).
     pub preempting: Vec<(String, String)>,
+    /// Pods that need features the kubelet declares only if its runtime supports them
+    /// (`namespace/name`, the features).
+    pub undecided: Vec<(String, Vec<&'static str>)>,
 }
 
 /// A request or an allocatable amount in the unit the kubelet compares (cpu in millicores,
@@ -630,8 +690,20 @@ fn pod_uid(p: &PodIn) -> String {
 }
 
 /// The target kubelet `to`'s admission of `pods` (each a Pod's JSON, as served) on `node`,
-/// on a Linux node.
+/// on a Linux node, with no declared-features admit handler (before 1.36).
 pub fn predict(pods: &[&[u8]], node: &NodeObject, to: KubeletVersion) -> Admission {
+    predict_with(pods, node, to, None)
+}
+
+/// [`predict`], with the features the target kubelet declares when it registers the
+/// declared-features admit handler ([`declared_features::target`]): it runs after the
+/// predicate handler, so a pod the predicates reject is rejected for that.
+pub fn predict_with(
+    pods: &[&[u8]],
+    node: &NodeObject,
+    to: KubeletVersion,
+    features: Option<&NodeFeatures>,
+) -> Admission {
     let allocatable: Amounts = amounts(&node.status.allocatable, &|_| true);
     let knows_allocatable = !node.status.allocatable.is_empty();
     let node_has = |k: &str| allocatable.contains_key(k);
@@ -732,6 +804,17 @@ pub fn predict(pods: &[&[u8]], node: &NodeObject, to: KubeletVersion) -> Admissi
             }
             failures.retain(|f| !f.2);
         }
+        if let (true, Some(declared)) = (failures.is_empty(), features) {
+            match declared_features::verdict(to, declared, &pod_needs(spec)) {
+                declared_features::Verdict::Admitted => {}
+                declared_features::Verdict::Rejected(message) => {
+                    failures.push((declared_features::REASON.into(), message, false))
+                }
+                declared_features::Verdict::Undecided(list) => {
+                    out.undecided.push((name.clone(), list))
+                }
+            }
+        }
         if let Some((reason, message, _)) = failures.into_iter().next() {
             // only the first failure is reported (predicateAdmitHandler.Admit)
             out.rejected.push(Rejection {
@@ -765,6 +848,15 @@ pub fn hazards(admission: &Admission, to: KubeletVersion, node: &str) -> Vec<Haz
             )
             .reference("https://github.com/kubernetes/kubernetes/pull/127374"),
         );
+    }
+    for (pod, features) in &admission.undecided {
+        out.push(Hazard::warn(
+            FEATURE_UNDECIDED,
+            format!(
+                "pod {pod} needs {}: kubelet {to} declares a feature only when its gate is on and its runtime supports it, and node {node} does not declare it now; if the runtime does not, kubelet {to} rejects the pod at its start (PodFeatureUnsupported)",
+                features.join(", ")
+            ),
+        ));
     }
     for (pod, why) in &admission.preempting {
         out.push(Hazard::warn(

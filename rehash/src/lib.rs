@@ -69,6 +69,7 @@
 pub mod admission;
 pub mod allocatable;
 pub mod cri_dockerd;
+pub mod declared_features;
 pub mod error;
 pub mod hazard;
 pub mod node;

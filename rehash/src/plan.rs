@@ -1130,7 +1130,9 @@ fn admit(plan: &mut Plan, pods: &PodIndex<'_>, files: &NodeFiles, to: KubeletVer
         None => node,
     };
     let raws: Vec<&[u8]> = pods.pods.iter().map(|p| p.raw).collect();
-    let verdict = admission::predict(&raws, node, to);
+    let features =
+        crate::declared_features::target(to, &target_gates(files), &node.status.declared_features);
+    let verdict = admission::predict_with(&raws, node, to, features.as_ref());
     let hazards = admission::hazards(&verdict, to, &node.metadata.name);
     let rejected: HashMap<&str, &admission::Rejection> = verdict
         .rejected
@@ -1163,6 +1165,24 @@ fn admit(plan: &mut Plan, pods: &PodIndex<'_>, files: &NodeFiles, to: KubeletVer
         plan.warnings.push(h.message.clone());
         plan.hazards.push(h);
     }
+}
+
+/// The feature gates the target kubelet runs with on this node: its configuration file's (the
+/// one [`target_allocatable`] reads) and the running kubelet's `--feature-gates`, which the new
+/// kubelet is given too.
+fn target_gates(files: &NodeFiles) -> crate::declared_features::Gates {
+    let default = files
+        .kubelet_dir
+        .as_ref()
+        .map(|d| d.join(crate::hazard::KUBELET_CONFIG_FILE));
+    let text = crate::allocatable::config_path(
+        files.kubelet_config.as_deref(),
+        files.kubelet_args.as_deref(),
+        default.as_deref(),
+    )
+    .and_then(|c| storepatch::atomic::read_regular_nofollow(&c).ok())
+    .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned());
+    crate::declared_features::Gates::read(text.as_deref(), files.kubelet_args.as_deref())
 }
 
 /// The allocatable the target kubelet admits against when its configuration file gives

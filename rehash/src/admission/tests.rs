@@ -472,3 +472,89 @@ fn a_node_without_allocatable_judges_no_request() {
         "with allocatable the requests are judged"
     );
 }
+
+/// A pod with a `RestartAllContainers` restart rule (it needs the feature
+/// RestartAllContainersOnContainerExits), `extra` merged in.
+fn restart_all_pod(name: &str, at: u32, extra: Value) -> Vec<u8> {
+    let mut spec = json!({"spec": {"containers": [{"name": "c", "image": "i", "restartPolicy": "Never",
+        "restartPolicyRules": [{"action": "RestartAllContainers",
+                                "exitCodes": {"operator": "In", "values": [42]}}]}]}});
+    merge(&mut spec, extra);
+    pod(name, at, spec)
+}
+
+#[test]
+fn a_pod_needing_an_undeclared_feature_is_rejected_after_the_predicates() {
+    let gates = crate::declared_features::Gates::read(
+        Some("featureGates: {RestartAllContainersOnContainerExits: false}"),
+        None,
+    );
+    let features = crate::declared_features::target(v(37), &gates, &[]).expect("1.37 checks");
+    let pods = [
+        restart_all_pod("needs", 1, json!({})),
+        restart_all_pod(
+            "needs-and-misplaced",
+            2,
+            json!({"spec": {"nodeSelector": {"disk": "ssd"}}}),
+        ),
+        pod("plain", 3, json!({})),
+    ];
+    let raws: Vec<&[u8]> = pods.iter().map(|p| p.as_slice()).collect();
+    let a = predict_with(&raws, &node(json!({})), v(37), Some(&features));
+    let got: Vec<(&str, &str)> = a
+        .rejected
+        .iter()
+        .map(|r| (r.pod.as_str(), r.reason.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("default/needs", "PodFeatureUnsupported"),
+            ("default/needs-and-misplaced", "NodeAffinity")
+        ],
+        "the feature's pod is rejected for it, the pod the predicates reject first for theirs, the plain pod kept"
+    );
+    assert_eq!(
+        a.rejected[0].message,
+        "Pod requires node features that are not available: RestartAllContainersOnContainerExits",
+        "in the kubelet's words"
+    );
+    let on =
+        crate::declared_features::target(v(37), &crate::declared_features::Gates::default(), &[]);
+    assert!(
+        predict_with(&raws[..1], &node(json!({})), v(37), on.as_ref())
+            .rejected
+            .is_empty(),
+        "with the gate at its default (on) the pod is kept"
+    );
+    assert!(
+        predict(&raws[..1], &node(json!({})), v(37))
+            .rejected
+            .is_empty(),
+        "without the handler nothing is checked"
+    );
+}
+
+#[test]
+fn a_pod_whose_feature_depends_on_the_runtime_is_a_warning_not_a_rejection() {
+    let gates = crate::declared_features::Gates::read(
+        Some("featureGates: {UserNamespacesHostNetworkSupport: true}"),
+        None,
+    );
+    let features = crate::declared_features::target(v(36), &gates, &[]).unwrap();
+    let pods = [pod(
+        "userns",
+        1,
+        json!({"spec": {"hostNetwork": true, "hostUsers": false}}),
+    )];
+    let raws: Vec<&[u8]> = pods.iter().map(|p| p.as_slice()).collect();
+    let a = predict_with(&raws, &node(json!({})), v(36), Some(&features));
+    assert!(a.rejected.is_empty(), "not rejected on a guess");
+    let h = hazards(&a, v(36), "machine1");
+    assert_eq!(
+        (h.len(), h[0].code.as_str()),
+        (1, FEATURE_UNDECIDED),
+        "said as one warn"
+    );
+    assert!(h[0].message.contains("UserNamespacesHostNetworkSupport"));
+}
