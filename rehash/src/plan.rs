@@ -1112,7 +1112,7 @@ fn admit(plan: &mut Plan, pods: &PodIndex<'_>, files: &NodeFiles, to: KubeletVer
         let h = Hazard::warn(
             admission::UNKNOWN,
             format!(
-                "no Node object (the pods came from a file and no --node was given): whether kubelet {to} admits every pod again at its start (node labels against nodeSelector and affinity, requests against allocatable, host ports, taints) is not predicted"
+                "no Node object (the pods came from a file and no --node was given): whether kubelet {to} admits every pod again at its start (node labels against nodeSelector and affinity, requests against allocatable, host ports, taints, declared features) is not predicted"
             ),
         );
         plan.warnings.push(h.message.clone());
