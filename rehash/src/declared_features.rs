@@ -213,20 +213,20 @@ pub fn verdict(to: KubeletVersion, node: &NodeFeatures, needs: &PodNeeds) -> Ver
     if missing.is_empty() {
         return Verdict::Admitted;
     }
-    if missing.iter().any(|m| !node.undecided.contains(m)) {
-        let unsatisfied: Vec<&str> = missing
-            .iter()
-            .copied()
-            .filter(|m| !node.undecided.contains(m))
-            .collect();
-        // the undecided ones may be unsatisfied too; the kubelet names every one it lacks, so
-        // the message quoted is the certain part
-        return Verdict::Rejected(format!(
-            "Pod requires node features that are not available: {}",
-            unsatisfied.join(", ")
-        ));
+    let certain: Vec<&str> = missing
+        .iter()
+        .copied()
+        .filter(|m| !node.undecided.contains(m))
+        .collect();
+    if certain.is_empty() {
+        return Verdict::Undecided(missing);
     }
-    Verdict::Undecided(missing)
+    // the undecided ones may be unsatisfied too; the kubelet names every one it lacks, so the
+    // message quoted is the certain part
+    Verdict::Rejected(format!(
+        "Pod requires node features that are not available: {}",
+        certain.join(", ")
+    ))
 }
 
 #[cfg(test)]

@@ -1167,21 +1167,27 @@ fn admit(plan: &mut Plan, pods: &PodIndex<'_>, files: &NodeFiles, to: KubeletVer
     }
 }
 
-/// The feature gates the target kubelet runs with on this node: its configuration file's (the
-/// one [`target_allocatable`] reads) and the running kubelet's `--feature-gates`, which the new
-/// kubelet is given too.
-fn target_gates(files: &NodeFiles) -> crate::declared_features::Gates {
+/// The configuration file the target kubelet reads ([`crate::allocatable::config_path`]:
+/// `--kubelet-config`, else the running kubelet's `--config`, else kubeadm's default).
+fn target_config(files: &NodeFiles) -> Option<std::path::PathBuf> {
     let default = files
         .kubelet_dir
         .as_ref()
         .map(|d| d.join(crate::hazard::KUBELET_CONFIG_FILE));
-    let text = crate::allocatable::config_path(
+    crate::allocatable::config_path(
         files.kubelet_config.as_deref(),
         files.kubelet_args.as_deref(),
         default.as_deref(),
     )
-    .and_then(|c| storepatch::atomic::read_regular_nofollow(&c).ok())
-    .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned());
+}
+
+/// The feature gates the target kubelet runs with on this node: its configuration file's (the
+/// one [`target_allocatable`] reads) and the running kubelet's `--feature-gates`, which the new
+/// kubelet is given too.
+fn target_gates(files: &NodeFiles) -> crate::declared_features::Gates {
+    let text = target_config(files)
+        .and_then(|c| storepatch::atomic::read_regular_nofollow(&c).ok())
+        .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned());
     crate::declared_features::Gates::read(text.as_deref(), files.kubelet_args.as_deref())
 }
 
@@ -1196,15 +1202,7 @@ fn target_allocatable(
     to: KubeletVersion,
 ) -> Option<BTreeMap<String, String>> {
     use crate::allocatable::{self, Target};
-    let default = files
-        .kubelet_dir
-        .as_ref()
-        .map(|d| d.join(crate::hazard::KUBELET_CONFIG_FILE));
-    let config = allocatable::config_path(
-        files.kubelet_config.as_deref(),
-        files.kubelet_args.as_deref(),
-        default.as_deref(),
-    )?;
+    let config = target_config(files)?;
     let not_recomputed = |why: String| {
         (
             Hazard::warn("allocatable-not-recomputed", why),
