@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# A real one-node Kubernetes cluster on this machine, built from Kubernetes' own Go modules:
-# etcd, kube-apiserver (Node + RBAC authorizers), kube-controller-manager (node lifecycle
-# controller on, its version's grace period), kube-scheduler, a private container runtime with a
-# locally built pause image and a CNI bridge, and one kubelet registered with its own client
-# certificate (system:node:<name>). For people and for the tests (cli/tests/real_kubelet.rs):
+# A real Kubernetes cluster on this machine, built from Kubernetes' own Go modules: etcd,
+# kube-apiserver (Node + RBAC authorizers), kube-controller-manager (node lifecycle controller
+# on, its version's grace period), kube-scheduler, and one node (or N: --nodes): a private
+# container runtime with a locally built pause image and a CNI bridge, and a kubelet
+# registered with its own client certificate (system:node:<name>). For people and for the tests (cli/tests/real_kubelet.rs):
 #
 #   k8s-lab.sh build [--kubelet-only] VERSION...     build into the cache; prints the dir last
-#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd|crio|docker] [--feature-gates A=true,...] [--max-pods N] [--dir DIR]
+#   k8s-lab.sh up --kubelet V [--control-plane V] [--runtime containerd|crio|docker] [--feature-gates A=true,...] [--max-pods N] [--nodes N] [--dir DIR]
 #                                                    start everything; prints `export` lines
-#   k8s-lab.sh stop-kubelet|start-kubelet|stop-runtime|start-runtime --dir DIR
+#                                                    (--nodes N: N kubelets, each with its own
+#                                                    runtime, bridge, cgroup root and client
+#                                                    certificate; every node's lines again with
+#                                                    the suffix _i, and NODES="name1 ...")
+#   k8s-lab.sh add-node --dir DIR [--kubelet V] [--runtime R] [--name NAME]
+#                                                    one more node (another version or runtime)
+#   k8s-lab.sh stop-kubelet|start-kubelet|stop-runtime|start-runtime --dir DIR [--node NAME]
 #                                                    what `kubelet-rehash upgrade` is given
-#   k8s-lab.sh images --dir DIR                      import the local image set; prints refs
+#   k8s-lab.sh images --dir DIR [--node NAME]        import the local image set; prints refs
+#   k8s-lab.sh env --dir DIR                         the lines `up` printed, as they are now
 #   k8s-lab.sh down --dir DIR                        stop what `up` started, by pid; remove
 #                                                    its containers, mounts and bridge
 #
@@ -425,32 +432,31 @@ containerd_dir() {
     echo "$d"
 }
 
-certs() {
+# a certificate signed by the lab's CA: CA-PKI-DIR OUT-PREFIX SUBJECT USAGE [SAN]
+sign_cert() {
+    openssl req -new -newkey rsa:2048 -nodes -keyout "$2.key" -out "$2.csr" -subj "$3" 2>/dev/null
+    {
+        echo "basicConstraints=CA:FALSE"
+        echo "keyUsage=digitalSignature,keyEncipherment"
+        echo "extendedKeyUsage=$4"
+        [ -z "${5:-}" ] || echo "subjectAltName=$5"
+    } > "$2.ext"
+    openssl x509 -req -in "$2.csr" -CA "$1/ca.crt" -CAkey "$1/ca.key" -CAcreateserial -CAserial "$1/ca.srl" \
+        -out "$2.crt" -days 3650 -extfile "$2.ext" 2>/dev/null
+    chmod 600 "$2.key"
+}
+
+certs() { # the lab's CA and the control plane's certificates
     local p="$dir/pki"
     mkdir -p "$p"
-    (
-        cd "$p"
-        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj "/CN=k8s-lab-ca" 2>/dev/null
-        openssl genrsa -out sa.key 2048 2>/dev/null
-        openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-        sign() { # name subject usage [san]
-            openssl req -new -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
-            {
-                echo "basicConstraints=CA:FALSE"
-                echo "keyUsage=digitalSignature,keyEncipherment"
-                echo "extendedKeyUsage=$3"
-                [ -z "${4:-}" ] || echo "subjectAltName=$4"
-            } > "$1.ext"
-            openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 3650 -extfile "$1.ext" 2>/dev/null
-        }
-        sign apiserver "/CN=kube-apiserver" serverAuth "IP:127.0.0.1,IP:$node_ip,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:localhost"
-        sign admin "/O=system:masters/CN=lab-admin" clientAuth
-        sign controller-manager "/CN=system:kube-controller-manager" clientAuth
-        sign scheduler "/CN=system:kube-scheduler" clientAuth
-        sign kubelet-client "/O=system:nodes/CN=system:node:$node_name" clientAuth
-        sign kubelet-serving "/CN=$node_name" serverAuth "IP:$node_ip,DNS:$node_name"
-        chmod 600 ./*.key
-    )
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$p/ca.key" -out "$p/ca.crt" -days 3650 -subj "/CN=k8s-lab-ca" 2>/dev/null
+    openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$p/sa.key" -pubout -out "$p/sa.pub" 2>/dev/null
+    chmod 600 "$p/ca.key" "$p/sa.key"
+    sign_cert "$p" "$p/apiserver" "/CN=kube-apiserver" serverAuth "IP:127.0.0.1,IP:$node_ip,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:localhost"
+    sign_cert "$p" "$p/admin" "/O=system:masters/CN=lab-admin" clientAuth
+    sign_cert "$p" "$p/controller-manager" "/CN=system:kube-controller-manager" clientAuth
+    sign_cert "$p" "$p/scheduler" "/CN=system:kube-scheduler" clientAuth
 }
 
 kubeconfig() { # file user cert key
@@ -817,62 +823,35 @@ runtime_answers() {
     fi
 }
 
-cmd_up() {
-    local kubelet_v="" cp_v="" runtime=containerd
-    dir=""
-    feature_gates=""
-    max_pods=""
-    while [ $# -gt 0 ]; do
-        case "$1" in
-            --kubelet) kubelet_v="$2"; shift 2 ;;
-            --max-pods) max_pods="$2"; shift 2 ;;
-            --feature-gates) feature_gates="$2"; shift 2 ;;
-            --control-plane) cp_v="$2"; shift 2 ;;
-            --runtime) runtime="$2"; shift 2 ;;
-            --dir) dir="$2"; shift 2 ;;
-            *) die "up: unknown argument $1" ;;
-        esac
-    done
-    [ -n "$kubelet_v" ] || die "up: --kubelet VERSION"
-    [ -z "$max_pods" ] || { [[ "$max_pods" =~ ^[0-9]+$ ]] && [ "$max_pods" -ge 1 ] && [ "$max_pods" -le 250 ]; } \
-        || die "up: --max-pods $max_pods: a number from 1 to 250 (the lab's pod subnet is a /24)"
-    case "$runtime" in containerd|crio|docker) ;; *) die "up: --runtime $runtime: containerd, crio or docker" ;; esac
-    [ "$(id -u)" = 0 ] || die "up needs root"
-    kubelet_version="$(resolve_version "$kubelet_v")"
-    local cp_version
-    cp_version="$(resolve_version "${cp_v:-$kubelet_v}")"
-    local kdir cpdir
-    kdir="$(build_one "$kubelet_version" 1)"
-    cpdir="$(build_one "$cp_version" 0)"
-    [ -n "$dir" ] || dir="$(mktemp -d /tmp/k8s-lab.XXXXXX)"
-    mkdir -p "$dir"
-    dir="$(cd "$dir" && pwd)"
-    [ ! -f "$dir/env" ] || die "$dir already holds a lab: down it first"
-    mkdir -p "$dir"/{pids,logs,cmd,bin,manifests,etcd,containerd,kubelet/root,kubelet/pki,cni/net.d,images}
-    chmod 755 "$dir"
-    # a slot (bridge, subnet, cgroup root) no other lab on this machine holds
-    local slot tries=0
+# ---- a node: its slot, runtime, certificates and kubelet ----------------------------------------
+# The first node lives in the lab directory itself (the layout of a one-node lab); every other
+# node of a multi-node lab (`up --nodes N`, `add-node`) in DIR/nodes/<name>/, laid out the same
+# way, with its own env file (cluster_dir= names the lab's) and links to the lab's CA, kubectl
+# and admin kubeconfig: every node function runs with $dir set to the node's directory.
+
+# a slot (bridge, subnet, cgroup root) no other lab or node on this machine holds
+node_slot() {
+    local tries=0
     while :; do
         slot=$(( ($$ + RANDOM) % 200 + 20 ))
         ip link show "labbr$slot" >/dev/null 2>&1 || [ -d "/sys/fs/cgroup/cpu/k8s-lab-$slot" ] || break
         tries=$((tries + 1))
         [ "$tries" -lt 400 ] || die "no free lab slot: 200 bridges labbr20-labbr219 exist (down the labs left behind)"
     done
-    # the node's address is the pods' gateway on the lab's bridge: the bridge plugin accepts
+    # the node's address is the pods' gateway on the node's bridge: the bridge plugin accepts
     # a bridge that already holds its gateway address, and nothing the lab sends leaves the
     # machine (no dummy interface driver on these VMs)
     node_ip="10.236.$slot.1"
-    local pod_subnet="10.236.$slot.0/24"
-    local bridge="labbr$slot"
+    pod_subnet="10.236.$slot.0/24"
+    bridge="labbr$slot"
     cgroup_root="k8s-lab-$slot"
-    local etcd_port etcd_peer cm_port sched_port
-    free_port api_port; free_port etcd_port; free_port etcd_peer; free_port cm_port
-    free_port sched_port; free_port kubelet_port; free_port healthz_port
-    pause_image="k8s-lab.local/pause:1.0"
-    busybox_image="k8s-lab.local/busybox:1.0"
+}
+
+# the runtime's paths under the node's directory, and its binaries
+node_runtime_paths() {
     runtime_runroot="" crio_dir="" ctr_bin="" docker_bin="" cri_dockerd=""
     if [ "$runtime" = docker ]; then
-        [ "$(minor_of "$kubelet_version")" -le 23 ] || die "up: --runtime docker starts a kubelet <= 1.23 on its dockershim (the node kubelet-rehash switches to cri-dockerd); $kubelet_version has none"
+        [ "$(minor_of "$kubelet_version")" -le 23 ] || die "--runtime docker starts a kubelet <= 1.23 on its dockershim (the node kubelet-rehash switches to cri-dockerd); $kubelet_version has none"
         runtime_root="$dir/docker/root"
         runtime_sock="$dir/docker/dockershim.sock"
         docker_bin="$(docker_dir)"; docker_bin="${docker_bin%/}/usr/sbin"
@@ -893,20 +872,19 @@ cmd_up() {
         local cdir; cdir="$(containerd_dir)"; ctr_bin="$cdir/usr/bin"
     fi
     cni_dir="$(cni_bin)"
-    local etcd; etcd="$(etcd_bin)"
-    install -m 0755 "$kdir/kubelet" "$dir/bin/kubelet"
-    for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do ln -sf "$cpdir/$b" "$dir/bin/$b"; done
     docker_version=""
     [ -z "$docker_bin" ] || docker_version="$("$docker_bin/dockerd" --version | sed -E 's/^Docker version ([^ ,]+).*/\1/')"
-    cat > "$dir/env" <<EOF
+}
+
+node_env() { # the node's variables, as its env file holds them
+    cat <<NODE
 kubelet_version=$kubelet_version
-cp_version=$cp_version
 node_name=$node_name
+slot=$slot
 node_ip=$node_ip
 pod_subnet=$pod_subnet
 bridge=$bridge
 cgroup_root=$cgroup_root
-api_port=$api_port
 kubelet_port=$kubelet_port
 healthz_port=$healthz_port
 runtime=$runtime
@@ -914,19 +892,27 @@ runtime_root=$runtime_root
 runtime_sock=$runtime_sock
 runtime_runroot=$runtime_runroot
 crio_dir=$crio_dir
-pause_image=$pause_image
-busybox_image=$busybox_image
 ctr_bin=$ctr_bin
 docker_bin=$docker_bin
 cri_dockerd=$cri_dockerd
 cni_dir=$cni_dir
 docker_version=$docker_version
+NODE
+}
+
+cluster_env() { # the variables every node of the lab shares
+    cat <<CLUSTER
+cp_version=$cp_version
+api_port=$api_port
+pause_image=$pause_image
+busybox_image=$busybox_image
 feature_gates=$feature_gates
 max_pods=$max_pods
-EOF
-    # an `up` that fails stops what it started (a caller that gets no environment back
-    # cannot bring the lab down)
-    trap 'echo "k8s-lab: up failed: stopping what it started" >&2; (cmd_down --dir "$dir") || true' EXIT
+CLUSTER
+}
+
+# the node's bridge and cgroup root on this machine
+node_host_setup() {
     # a fixed MAC: a bridge without one takes its lowest port's, which changes as pods come and
     # go, and the CNI bridge plugin's CHECK (CRI-O runs it at its start to restore each
     # sandbox's IP) then fails ("Bridge interface ... Mac doesn't match"): CRI-O reports those
@@ -948,16 +934,141 @@ EOF
         mount -t cgroup -o hugetlb k8s-lab-hugetlb /sys/fs/cgroup/hugetlb
         hugetlb_mounted=1
         echo "hugetlb_mounted=1" >> "$dir/env"
+        # (the lab's first node, downed last, unmounts it when this node is gone)
+        [ -z "${cluster_dir:-}" ] || echo "hugetlb_mounted=1" >> "$cluster_dir/env"
     fi
     for c in /sys/fs/cgroup/*/; do
         [ -d "$c" ] && [ -w "$c" ] && mkdir -p "$c$cgroup_root" 2>/dev/null || true
     done
+}
+
+# the node's own client (system:node:<name>) and serving certificates, signed by the lab's CA
+# in $1 (its pki directory)
+node_certs() {
+    sign_cert "$1" "$dir/pki/kubelet-client" "/O=system:nodes/CN=system:node:$node_name" clientAuth
+    sign_cert "$1" "$dir/pki/kubelet-serving" "/CN=$node_name" serverAuth "IP:$node_ip,DNS:$node_name"
+    kubeconfig "$dir/kubelet.conf" "system:node:$node_name" kubelet-client
+    printf 'nameserver 127.0.0.1\n' > "$dir/kubelet/resolv.conf"
+}
+
+# CNI, runtime, images, kubelet: the node up and Ready
+node_start() {
+    log "$node_name: $runtime (${ctr_bin:-${crio_dir:-$docker_bin}}), CNI bridge $bridge ($pod_subnet)"
+    # kubelet 1.15's libcni (0.6) takes results up to 0.3.1 ("unsupported CNI result version
+    # 0.4.0"); 1.16's (0.7.1) 0.4.0
+    local cni_version=0.4.0
+    [ "$(minor_of "$kubelet_version")" -ge 16 ] || cni_version=0.3.1
+    cat > "$dir/cni/net.d/10-lab.conflist" <<CNI
+{"cniVersion": "$cni_version", "name": "k8s-lab-$slot", "plugins": [
+  {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam", "ranges": [[{"subnet": "$pod_subnet"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "loopback"}]}
+CNI
+    if [ "$runtime" = docker ]; then
+        write_kubelet_flags
+        start_runtime
+        import_images
+    elif [ "$runtime" = crio ]; then
+        # CRI-O's images go into its storage before it starts (copyimg)
+        write_crio_config
+        import_images
+        start_runtime
+        wait_for crio 60 runtime_answers
+    else
+        write_containerd_config
+        start_runtime
+        wait_for containerd 60 runtime_answers
+        import_images
+    fi
+
+    log "$node_name: kubelet $kubelet_version"
+    write_kubelet_config
+    start_kubelet
+    wait_for "node $node_name Ready" 180 node_ready
+}
+
+# One more node in the lab $dir (its env loaded): NAME KUBELET_VERSION RUNTIME. Run in a
+# subshell: it sets the node's variables over the lab's. The node is listed in DIR/nodes.list
+# before anything of it starts, so that `down` (and a failed `up`) stop what it started.
+node_add() {
+    local kdir cluster_dir="$dir"
+    node_name="$1"; kubelet_version="$(resolve_version "$2")"; runtime="$3"
+    case "$runtime" in containerd|crio|docker) ;; *) die "--runtime $runtime: containerd, crio or docker" ;; esac
+    ! grep -qsx "$node_name" "$cluster_dir/nodes.list" || die "the lab already has a node $node_name"
+    kdir="$(build_one "$kubelet_version" 1)"
+    dir="$cluster_dir/nodes/$node_name"
+    mkdir -p "$dir"/{pids,logs,cmd,bin,manifests,containerd,kubelet/root,kubelet/pki,cni/net.d,images,pki}
+    chmod 755 "$dir"
+    node_slot
+    free_port kubelet_port; free_port healthz_port
+    node_runtime_paths
+    install -m 0755 "$kdir/kubelet" "$dir/bin/kubelet"
+    ln -sf "$cluster_dir/bin/kubectl" "$dir/bin/kubectl"
+    ln -sf "$cluster_dir/admin.conf" "$dir/admin.conf"
+    ln -sf "$cluster_dir/pki/ca.crt" "$dir/pki/ca.crt"
+    { echo "cluster_dir=$cluster_dir"; cluster_env; node_env; } > "$dir/env"
+    echo "$node_name" >> "$cluster_dir/nodes.list"
+    node_host_setup
+    node_certs "$cluster_dir/pki"
+    node_start
+}
+
+cmd_up() {
+    local kubelet_v="" cp_v="" runtime=containerd nodes=1
+    dir=""
+    feature_gates=""
+    max_pods=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --kubelet) kubelet_v="$2"; shift 2 ;;
+            --max-pods) max_pods="$2"; shift 2 ;;
+            --feature-gates) feature_gates="$2"; shift 2 ;;
+            --control-plane) cp_v="$2"; shift 2 ;;
+            --runtime) runtime="$2"; shift 2 ;;
+            --nodes) nodes="$2"; shift 2 ;;
+            --dir) dir="$2"; shift 2 ;;
+            *) die "up: unknown argument $1" ;;
+        esac
+    done
+    [ -n "$kubelet_v" ] || die "up: --kubelet VERSION"
+    [ -z "$max_pods" ] || { [[ "$max_pods" =~ ^[0-9]+$ ]] && [ "$max_pods" -ge 1 ] && [ "$max_pods" -le 250 ]; } \
+        || die "up: --max-pods $max_pods: a number from 1 to 250 (the lab's pod subnet is a /24)"
+    case "$runtime" in containerd|crio|docker) ;; *) die "up: --runtime $runtime: containerd, crio or docker" ;; esac
+    { [[ "$nodes" =~ ^[0-9]+$ ]] && [ "$nodes" -ge 1 ] && [ "$nodes" -le 20 ]; } \
+        || die "up: --nodes $nodes: a number from 1 to 20 (each node is a kubelet, a runtime and a bridge on this machine)"
+    [ "$(id -u)" = 0 ] || die "up needs root"
+    kubelet_version="$(resolve_version "$kubelet_v")"
+    local cp_version
+    cp_version="$(resolve_version "${cp_v:-$kubelet_v}")"
+    local kdir cpdir
+    kdir="$(build_one "$kubelet_version" 1)"
+    cpdir="$(build_one "$cp_version" 0)"
+    [ -n "$dir" ] || dir="$(mktemp -d /tmp/k8s-lab.XXXXXX)"
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    [ ! -f "$dir/env" ] || die "$dir already holds a lab: down it first"
+    mkdir -p "$dir"/{pids,logs,cmd,bin,manifests,etcd,containerd,kubelet/root,kubelet/pki,cni/net.d,images}
+    chmod 755 "$dir"
+    node_slot
+    local etcd_port etcd_peer cm_port sched_port
+    free_port api_port; free_port etcd_port; free_port etcd_peer; free_port cm_port
+    free_port sched_port; free_port kubelet_port; free_port healthz_port
+    pause_image="k8s-lab.local/pause:1.0"
+    busybox_image="k8s-lab.local/busybox:1.0"
+    node_runtime_paths
+    local etcd; etcd="$(etcd_bin)"
+    install -m 0755 "$kdir/kubelet" "$dir/bin/kubelet"
+    for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do ln -sf "$cpdir/$b" "$dir/bin/$b"; done
+    { cluster_env; node_env; } > "$dir/env"
+    # an `up` that fails stops what it started (a caller that gets no environment back
+    # cannot bring the lab down)
+    trap 'echo "k8s-lab: up failed: stopping what it started" >&2; (cmd_down --dir "$dir") || true' EXIT
+    node_host_setup
     certs
     kubeconfig "$dir/admin.conf" admin admin
     kubeconfig "$dir/controller-manager.conf" controller-manager controller-manager
     kubeconfig "$dir/scheduler.conf" scheduler scheduler
-    kubeconfig "$dir/kubelet.conf" "system:node:$node_name" kubelet-client
-    printf 'nameserver 127.0.0.1\n' > "$dir/kubelet/resolv.conf"
+    node_certs "$dir/pki"
 
     log "etcd"
     spawn etcd "$etcd" --name lab --data-dir "$dir/etcd" \
@@ -1001,38 +1112,14 @@ EOF
         --authentication-kubeconfig "$dir/scheduler.conf" --authorization-kubeconfig "$dir/scheduler.conf" \
         --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false $insecure_off $(feature_gates_flag)
 
-    log "$runtime (${ctr_bin:-${crio_dir:-$docker_bin}}), CNI bridge $bridge ($pod_subnet)"
-    # kubelet 1.15's libcni (0.6) takes results up to 0.3.1 ("unsupported CNI result version
-    # 0.4.0"); 1.16's (0.7.1) 0.4.0
-    local cni_version=0.4.0
-    [ "$(minor_of "$kubelet_version")" -ge 16 ] || cni_version=0.3.1
-    cat > "$dir/cni/net.d/10-lab.conflist" <<EOF
-{"cniVersion": "$cni_version", "name": "k8s-lab-$slot", "plugins": [
-  {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam", "ranges": [[{"subnet": "$pod_subnet"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-  {"type": "loopback"}]}
-EOF
-    if [ "$runtime" = docker ]; then
-        write_kubelet_flags
-        start_runtime
-        import_images
-    elif [ "$runtime" = crio ]; then
-        # CRI-O's images go into its storage before it starts (copyimg)
-        write_crio_config
-        import_images
-        start_runtime
-        wait_for crio 60 runtime_answers
-    else
-        write_containerd_config
-        start_runtime
-        wait_for containerd 60 runtime_answers
-        import_images
-    fi
-
-    log "kubelet $kubelet_version"
-    write_kubelet_config
-    start_kubelet
-    wait_for "node $node_name Ready" 180 node_ready
+    node_start
+    # the other nodes (`--nodes N`): lab-node-2 ... lab-node-N, each of the first's kubelet
+    # version and runtime (`add-node` adds one of another)
+    local i
+    [ "$nodes" = 1 ] || : > "$dir/nodes.list"
+    for ((i = 2; i <= nodes; i++)); do
+        (node_add "$node_name-$i" "$kubelet_version" "$runtime")
+    done
     # pods are admitted once the controller-manager made the namespace's service account
     wait_for "the default service account" 60 "$dir/bin/kubectl" --kubeconfig "$dir/admin.conf" get serviceaccount default
     # (the environment printed first: an `up` whose print fails is a failed `up`, stopped)
@@ -1048,7 +1135,28 @@ print_env() {
     cat <<EOF
 export KUBECONFIG=$dir/admin.conf
 LAB_DIR=$dir
+KUBECTL=$dir/bin/kubectl
+CONTROL_PLANE_VERSION=$cp_version
+FEATURE_GATES=$feature_gates
+MAX_PODS=${max_pods:-110}
+ETCD_BIN=$(etcd_bin)
+EOF
+    node_lines
+    # a multi-node lab: every node's lines again with the suffix _i (the first node's _1)
+    [ -f "$dir/nodes.list" ] || return 0
+    local names i=1 n
+    names="$node_name $(tr '\n' ' ' < "$dir/nodes.list")"
+    for n in $names; do
+        (node_dir_of "$n"; lab_env; node_lines) | sed -E "s/^([A-Z_]+)=/\1_$i=/"
+        i=$((i + 1))
+    done
+    echo "NODES=\"${names% }\""
+}
+
+node_lines() { # the lines of the node whose env is loaded
+    cat <<EOF
 NODE=$node_name
+NODE_DIR=$dir
 RUNTIME=$runtime
 RUNTIME_ROOT=$runtime_root
 RUNTIME_RUNROOT=$runtime_runroot
@@ -1057,13 +1165,9 @@ KUBELET_PATH=$dir/bin/kubelet
 KUBELET_CONFIG=$dir/kubelet/config.yaml
 KUBELET_DIR=$dir/kubelet/root
 KUBELET_HEALTHZ=http://127.0.0.1:$healthz_port/healthz
+KUBELET_PIDFILE=$dir/pids/kubelet
 MANIFESTS=$dir/manifests
-KUBECTL=$dir/bin/kubectl
 KUBELET_VERSION=$kubelet_version
-CONTROL_PLANE_VERSION=$cp_version
-FEATURE_GATES=$feature_gates
-MAX_PODS=${max_pods:-110}
-ETCD_BIN=$(etcd_bin)
 EOF
     [ "$runtime" != docker ] || cat <<EOF
 DOCKER_SOCKET=$dir/docker/docker.sock
@@ -1078,21 +1182,49 @@ DOCKERSHIM_CHECKPOINTS=$dir/docker/dockershim/sandbox
 EOF
 }
 
-need_dir() {
+# $dir from the lab's directory to node NAME's (the first node's is the lab's)
+node_dir_of() {
+    local lab="${cluster_dir:-$dir}"
+    if [ "$1" = "$(. "$lab/env"; echo "$node_name")" ]; then dir="$lab"; return; fi
+    grep -qsx -- "$1" "$lab/nodes.list" || die "the lab $lab has no node $1 (its nodes: $(. "$lab/env"; echo "$node_name") $(tr '\n' ' ' < "$lab/nodes.list" 2>/dev/null))"
+    dir="$lab/nodes/$1"
+}
+
+need_dir() { # --dir DIR [--node NAME]: the lab's (or that node's) env loaded
     dir=""
+    local node=""
     while [ $# -gt 0 ]; do
         case "$1" in
             --dir) dir="$2"; shift 2 ;;
+            --node) node="$2"; shift 2 ;;
             *) die "unknown argument $1" ;;
         esac
     done
     [ -n "$dir" ] || die "--dir DIR"
     dir="$(cd "$dir" && pwd)"
     lab_env
+    [ -z "$node" ] || { node_dir_of "$node"; lab_env; }
 }
 
 cmd_down() {
     need_dir "$@"
+    [ -z "${cluster_dir:-}" ] || die "down: the lab's directory ($cluster_dir), not a node's"
+    # the other nodes first (their directories are under the lab's), then the first node and
+    # the control plane
+    local n
+    if [ -f "$dir/nodes.list" ]; then
+        for n in $(tac "$dir/nodes.list"); do
+            [ -f "$dir/nodes/$n/env" ] || continue
+            (dir="$dir/nodes/$n"; lab_env; node_down; mv "$dir/env" "$dir/env.down")
+        done
+    fi
+    node_down
+    for n in scheduler controller-manager apiserver etcd; do stop_pid_of "$n" 30; done
+    log "down: $dir stopped (files kept: rm -rf it when done)"
+    mv "$dir/env" "$dir/env.down"
+}
+
+node_down() { # the node's kubelet, pods, runtime, mounts, bridge and cgroups
     stop_pid_of kubelet 30
     # the pods' processes: every task the runtime runs, then the runtime and its shims
     local p
@@ -1110,31 +1242,52 @@ cmd_down() {
     fi
     for p in $(pgrep -f "containerd-shim.*-address $runtime_sock" || true); do kill -KILL "$p" 2>/dev/null || true; done
     for p in $(pgrep -f "conmon.* $dir/" || true); do kill -KILL "$p" 2>/dev/null || true; done
-    for n in scheduler controller-manager apiserver etcd; do stop_pid_of "$n" 30; done
     # mounts the runtime left (rootfs, shm, netns), deepest first
     awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
-    for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do :; done
     ip link del "$bridge" 2>/dev/null || true
     for c in /sys/fs/cgroup/*/"$cgroup_root"; do
         [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
     done
-    # the hugetlb hierarchy this lab mounted (CRI-O), when nothing else made cgroups in it
+    # the hugetlb hierarchy this node mounted (CRI-O), when nothing else made cgroups in it
     if [ "${hugetlb_mounted:-}" = 1 ] && [ -z "$(find /sys/fs/cgroup/hugetlb -mindepth 1 -type d 2>/dev/null | head -1)" ]; then
         umount /sys/fs/cgroup/hugetlb 2>/dev/null && rmdir /sys/fs/cgroup/hugetlb 2>/dev/null || true
     fi
-    log "down: $dir stopped (files kept: rm -rf it when done)"
-    mv "$dir/env" "$dir/env.down"
+}
+
+# `add-node --dir DIR [--kubelet V] [--runtime R] [--name NAME]`: one more node in a running
+# lab, of the first node's kubelet version and runtime unless told; prints the lab's lines
+cmd_add_node() {
+    local args=() kubelet_v="" rt="" name=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --kubelet) kubelet_v="$2"; shift 2 ;;
+            --runtime) rt="$2"; shift 2 ;;
+            --name) name="$2"; shift 2 ;;
+            --dir) args+=("$1" "$2"); shift 2 ;;
+            *) die "add-node: unknown argument $1" ;;
+        esac
+    done
+    need_dir "${args[@]}"
+    [ -z "${cluster_dir:-}" ] || die "add-node: the lab's directory ($cluster_dir), not a node's"
+    [ "$(id -u)" = 0 ] || die "add-node needs root"
+    local count=1
+    [ ! -f "$dir/nodes.list" ] || count=$(( $(wc -l < "$dir/nodes.list") + 1 ))
+    [ -n "$name" ] || name="$node_name-$((count + 1))"
+    [ -f "$dir/nodes.list" ] || : > "$dir/nodes.list"
+    (node_add "$name" "${kubelet_v:-$kubelet_version}" "${rt:-$runtime}") || die "add-node: $name did not come up (its logs: $dir/nodes/$name/logs; \`down\` stops it with the lab)"
+    print_env
 }
 
 case "${1:-}" in
     build) shift; cmd_build "$@" ;;
     up) shift; cmd_up "$@" ;;
+    add-node) shift; cmd_add_node "$@" ;;
     stop-kubelet) shift; need_dir "$@"; stop_pid_of kubelet 30 ;;
     start-kubelet) shift; need_dir "$@"; start_kubelet ;;
     stop-runtime) shift; need_dir "$@"; if [ "$runtime" = docker ]; then stop_docker; else stop_pid_of runtime 60; fi ;;
     start-runtime) shift; need_dir "$@"; start_runtime; wait_for "$runtime" 90 runtime_answers ;;
     images) shift; need_dir "$@"; import_images; echo "$pause_image"; echo "$busybox_image" ;;
-    env) shift; need_dir "$@"; print_env ;;
+    env) shift; need_dir "$@"; [ -z "${cluster_dir:-}" ] || { dir="$cluster_dir"; lab_env; }; print_env ;;
     down) shift; cmd_down "$@" ;;
-    *) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
