@@ -37,6 +37,8 @@ use under_test::{bin, kubelet_rehash};
 // runs a command, panics naming it unless it succeeds, returns its stdout
 use testtools::containerd::run_ok as sh;
 
+#[path = "real_kubelet/fleet.rs"]
+mod fleet;
 #[path = "real_kubelet/full_node.rs"]
 mod full_node;
 #[path = "real_kubelet/guard.rs"]
@@ -66,6 +68,14 @@ fn transient_api_error(stderr: &str) -> bool {
 }
 
 /// The minor of a version (`1.31`, `1.31.14`, `v1.31.14` alike after the `v`).
+/// `k8s-lab.sh up`'s (and `env`'s, `add-node`'s) `KEY=value` lines.
+fn lab_lines(out: &str) -> BTreeMap<String, String> {
+    out.lines()
+        .filter_map(|l| l.trim_start_matches("export ").split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+        .collect()
+}
+
 fn minor_of(version: &str) -> u32 {
     version
         .trim_start_matches('v')
@@ -79,11 +89,14 @@ fn lab_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/k8s-lab.sh")
 }
 
-/// One running lab (`k8s-lab.sh up`), brought down on drop.
+/// One running lab (`k8s-lab.sh up`), brought down on drop; or one node of a multi-node
+/// lab (`Lab::node`), which the lab itself brings down.
 struct Lab {
     dir: PathBuf,
     env: BTreeMap<String, String>,
     down: bool,
+    /// the node a view of a multi-node lab is of (`k8s-lab.sh VERB --node NAME`)
+    node: Option<String>,
 }
 
 impl Lab {
@@ -121,11 +134,7 @@ impl Lab {
             c.arg("--dir").arg(dir),
             &format!("k8s-lab.sh up --kubelet {kubelet} --control-plane {control_plane} --runtime {runtime} {} (gates: {gates:?})", more.join(" ")),
         );
-        let env = out
-            .lines()
-            .filter_map(|l| l.trim_start_matches("export ").split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<BTreeMap<_, _>>();
+        let env = lab_lines(&out);
         for k in [
             "KUBECONFIG",
             "LAB_DIR",
@@ -141,6 +150,46 @@ impl Lab {
             dir: dir.to_path_buf(),
             env,
             down: false,
+            node: None,
+        }
+    }
+
+    /// `k8s-lab.sh add-node --dir DIR ARGS...`: the lab's lines read again (they now list
+    /// the new node too).
+    fn add_node(&mut self, args: &[&str]) {
+        let out = sh(
+            Command::new(lab_script())
+                .arg("add-node")
+                .arg("--dir")
+                .arg(&self.dir)
+                .args(args),
+            &format!("k8s-lab.sh add-node {}", args.join(" ")),
+        );
+        self.env = lab_lines(&out);
+    }
+
+    /// Node `i` (1…N) of a multi-node lab as a lab of its own: its `_i` lines in place of the
+    /// first node's, its verbs with `--node NAME`, its directory where the lab's is read for a
+    /// node's files (`LAB_DIR`: the kubelet's pid file and kubeconfig).
+    fn node(&self, i: usize) -> Lab {
+        let suffix = format!("_{i}");
+        let mut env = self.env.clone();
+        for (k, v) in &self.env {
+            if let Some(base) = k.strip_suffix(&suffix) {
+                env.insert(base.to_string(), v.clone());
+            }
+        }
+        assert!(
+            self.env.contains_key(&format!("NODE{suffix}")),
+            "k8s-lab.sh prints the lines of node {i} (NODE{suffix}): {:?}",
+            self.env
+        );
+        env.insert("LAB_DIR".into(), env["NODE_DIR"].clone());
+        Lab {
+            dir: self.dir.clone(),
+            node: Some(env["NODE"].clone()),
+            env,
+            down: true,
         }
     }
 
@@ -200,9 +249,13 @@ impl Lab {
 
     fn lab(&self, verb: &str) -> String {
         format!(
-            "{} {verb} --dir {}",
+            "{} {verb} --dir {}{}",
             lab_script().display(),
-            self.dir.display()
+            self.dir.display(),
+            self.node
+                .as_ref()
+                .map(|n| format!(" --node {n}"))
+                .unwrap_or_default()
         )
     }
 
@@ -1502,9 +1555,21 @@ fn upgrade_command(
 /// The plan of the running node for `to`: (restart without rewrite, restart after rewrite),
 /// as `ns/pod/container` names.
 fn planned(lab: &Lab, pods: &Path, to: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    planned_with(lab, pods, to, &[])
+}
+
+/// `planned` with more of `plan`'s arguments (`--from V`: the running kubelet's version, which
+/// the hashes alone cannot tell among the versions that hash alike).
+fn planned_with(
+    lab: &Lab,
+    pods: &Path,
+    to: &str,
+    more: &[&str],
+) -> (BTreeSet<String>, BTreeSet<String>) {
     // pinning static pods' UIDs, as `upgrade` does by default: `static-derived` is kept
     let o = rehash(lab, "plan", pods, to)
         .args(["-o", "json", "--pin-static-pod-uids"])
+        .args(more)
         .output()
         .unwrap();
     let plan: Value = serde_json::from_slice(&o.stdout)

@@ -233,6 +233,7 @@ fn measured(
                 dir: lab_dir,
                 env,
                 down: true,
+                node: None,
             };
             first_sync_seen(&lab, since, pods, &stop)
         })

@@ -1,0 +1,206 @@
+//! A multi-node lab (issue 53): one control plane, three real kubelets on this machine, each
+//! its own node with its own runtime, bridge, cgroup root and `system:node:<name>` client
+//! certificate: kubelet 1.30 on containerd (`up`), kubelet 1.30 on CRI-O and kubelet 1.31 on
+//! containerd (`add-node`, the second already where the fleet goes: nothing to do there).
+//! Every node carries a pod from the API server and a static pod of its own. Then
+//! `kubelet-rehash upgrade --to 1.31` runs on each 1.30 node in turn, exactly as on a one-node
+//! lab but given that node's `_i` lines and `k8s-lab.sh VERB --node NAME`; the real kubelets
+//! judge it: every container of every node keeps its id and process, including the nodes not
+//! being upgraded (another node's stop/start must never touch them), and each node's plan,
+//! asked before anything is touched, predicted what then happened.
+//!
+//! The figures (per node: predicted restarts without / with the tool, observed with it) go to
+//! `target/real-kubelet/fleet.md`.
+
+use super::*;
+
+/// The control plane and the version the fleet goes to.
+const TO: &str = "1.31";
+/// Where the two nodes with something to do start.
+const FROM: &str = "1.30";
+
+/// A pod of node `node` from the API server (pinned by `nodeName`, as a DaemonSet's are).
+fn pinned_pod(name: &str, node: &str) -> String {
+    let pod = idle_pod(&format!("name: {name}, namespace: default"), "");
+    pod.replace("spec:\n", &format!("spec:\n  nodeName: {node}\n"))
+}
+
+/// `kubectl get pods -A --field-selector spec.nodeName=NODE -o json` into a file, for `plan`.
+fn pods_file(node: &Lab, tmp: &Path, i: usize) -> PathBuf {
+    let f = tmp.join(format!("pods-{i}.json"));
+    node.write_pods(&f);
+    f
+}
+
+#[test]
+fn every_node_of_a_multi_node_lab_keeps_its_containers_through_its_own_upgrade() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "the lab needs root (CI runs scripts/test.sh as root)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let mut lab = Lab::up(FROM, TO, "containerd", &[], &tmp.path().join("lab"));
+    lab.add_node(&["--runtime", "crio"]);
+    lab.add_node(&["--kubelet", TO]);
+    let names: Vec<String> = lab
+        .var("NODES")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        names.len(),
+        3,
+        "k8s-lab.sh lists every node of the lab in NODES: {names:?}"
+    );
+    let nodes: Vec<Lab> = (1..=3).map(|i| lab.node(i)).collect();
+    let want = [("containerd", FROM), ("crio", FROM), ("containerd", TO)];
+    for (i, (node, (runtime, version))) in nodes.iter().zip(want).enumerate() {
+        assert_eq!(node.var("NODE"), names[i], "node {} is NODES' {i}th", i + 1);
+        assert_eq!(
+            node.var("RUNTIME"),
+            runtime,
+            "node {} runs {runtime}",
+            i + 1
+        );
+        assert!(
+            node.var("KUBELET_VERSION")
+                .starts_with(&format!("{version}.")),
+            "node {} runs kubelet {version}: {}",
+            i + 1,
+            node.var("KUBELET_VERSION")
+        );
+        // each node its own store, socket and kubelet: nothing shared
+        for k in [
+            "RUNTIME_ROOT",
+            "RUNTIME_ENDPOINT",
+            "KUBELET_DIR",
+            "MANIFESTS",
+            "KUBELET_PIDFILE",
+        ] {
+            for other in &nodes[..i] {
+                assert_ne!(node.var(k), other.var(k), "every node has its own {k}");
+            }
+        }
+        // registered with its own client certificate: the Node authorizer lets a kubelet
+        // write only its own Node, so a Node of this name is this kubelet's
+        let n = lab.json(&["get", "node", node.var("NODE")]);
+        assert_eq!(
+            n["status"]["nodeInfo"]["kubeletVersion"]
+                .as_str()
+                .unwrap_or("")
+                .trim_start_matches('v'),
+            node.var("KUBELET_VERSION"),
+            "node {} reports its own kubelet's version",
+            i + 1
+        );
+    }
+    for (i, node) in nodes.iter().enumerate() {
+        lab.apply(&pinned_pod(&format!("fleet-{}", i + 1), node.var("NODE")));
+        std::fs::write(
+            Path::new(node.var("MANIFESTS")).join("fleet-static.yaml"),
+            static_pod(&format!("fleet-static-{}", i + 1), None),
+        )
+        .unwrap();
+    }
+    for node in &nodes {
+        wait_settled(node, node.var("KUBELET_VERSION"), node.var("NODE"));
+    }
+    let before: Vec<BTreeMap<String, Seen>> = nodes.iter().map(observe).collect();
+    for (i, seen) in before.iter().enumerate() {
+        assert_eq!(
+            seen.len(),
+            2,
+            "node {} runs its pinned pod and its static pod: {seen:?}",
+            i + 1
+        );
+    }
+    // every node's plan, before any node is touched, told the node's kubelet version (as the
+    // Node reports it): the hashes alone cannot tell 1.31 from 1.32-1.36, and for those a
+    // static pod's derived UID would change
+    let predicted: Vec<(BTreeSet<String>, BTreeSet<String>)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let from = node.var("KUBELET_VERSION");
+            let minor = &from[..from.rfind('.').unwrap()];
+            planned_with(
+                node,
+                &pods_file(node, tmp.path(), i + 1),
+                TO,
+                &["--from", minor],
+            )
+        })
+        .collect();
+    let kubelet = built_kubelet(TO);
+    let mut rows = vec![
+        "| node | runtime | kubelet | containers | predicted restarts without / with the tool | observed with it |".to_string(),
+        "|---|---|---|---|---|---|".to_string(),
+    ];
+    for (i, node) in nodes.iter().enumerate() {
+        let observed = if node.var("KUBELET_VERSION").starts_with(&format!("{TO}.")) {
+            assert!(
+                predicted[i].0.is_empty() && predicted[i].1.is_empty(),
+                "the plan of a node already on {TO} restarts nothing: {:?}",
+                predicted[i]
+            );
+            "nothing to do".to_string()
+        } else {
+            assert!(
+                predicted[i].1.is_empty(),
+                "node {}'s plan keeps every container with the tool: {:?}",
+                i + 1,
+                predicted[i].1
+            );
+            let state = tmp.path().join(format!("state-{}", i + 1));
+            std::fs::create_dir_all(&state).unwrap();
+            let report = upgrade(node, TO, &kubelet, &state);
+            assert_eq!(report["phase"], "done", "node {}: {report}", i + 1);
+            wait_settled(node, &built_version(TO), node.var("NODE"));
+            format!("{} restarted", restarted(&before[i], &observe(node)).len())
+        };
+        // after each node's turn, every node of the lab: no container restarted, none ran
+        // in another process
+        for (j, other) in nodes.iter().enumerate() {
+            let now = observe(other);
+            let gone = restarted(&before[j], &now);
+            assert!(
+                gone.is_empty(),
+                "node {}'s containers are kept through node {}'s upgrade: restarted {gone:?}",
+                j + 1,
+                i + 1
+            );
+            for (k, b) in &before[j] {
+                assert_eq!(
+                    now[k].pid,
+                    b.pid,
+                    "{k} on node {} keeps its process through node {}'s upgrade",
+                    j + 1,
+                    i + 1
+                );
+            }
+        }
+        rows.push(format!(
+            "| {} | {} | {} → {TO} | {} | {} / {} | {observed} |",
+            node.var("NODE"),
+            node.var("RUNTIME"),
+            node.var("KUBELET_VERSION"),
+            before[i].len(),
+            predicted[i].0.len(),
+            predicted[i].1.len(),
+        ));
+    }
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/real-kubelet");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("fleet.md"), rows.join("\n") + "\n").unwrap();
+    eprintln!("{}", rows.join("\n"));
+}
+
+/// The full version `k8s-lab.sh build` resolves `minor` to (its cache directory's name).
+fn built_version(minor: &str) -> String {
+    built_kubelet(minor)
+        .parent()
+        .and_then(|d| d.file_name())
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap()
+}
