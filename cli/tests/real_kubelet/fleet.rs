@@ -204,3 +204,239 @@ fn built_version(minor: &str) -> String {
         .map(|d| d.to_string_lossy().into_owned())
         .unwrap()
 }
+
+/// A new kubelet that answers `--version` as the real one does and otherwise never becomes
+/// healthy: it starts, serves nothing, and waits (a build that hangs at start).
+fn never_healthy_kubelet(real: &Path, at: &Path) {
+    std::fs::write(
+        at,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" --version \"*) exec {} \"$@\" ;; esac\nexec sleep 3600\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    let mut perm = std::fs::metadata(at).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(at, perm).unwrap();
+}
+
+/// deploy/ansible/ over three real kubelets of one lab (1.30 on containerd), one node at a
+/// time with the role's gate (node Ready on the new kubelet, every container it ran still
+/// running unrestarted), the second node given a new kubelet that never becomes healthy: the
+/// first node goes through, the second is rolled back by `upgrade` itself (its old kubelet
+/// binary, byte for byte, running again, every container kept), the play stops there and the
+/// third node is never touched.
+#[test]
+fn the_ansible_rollout_stops_at_the_node_whose_new_kubelet_never_becomes_healthy() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "the lab needs root (CI runs scripts/test.sh as root)"
+    );
+    let ansible =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cache/ansible/bin/ansible-playbook");
+    assert!(
+        ansible.exists(),
+        "{} is missing: run scripts/setup-ansible.sh",
+        ansible.display()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let lab = Lab::up_with(
+        FROM,
+        TO,
+        "containerd",
+        &[],
+        &["--nodes".into(), "3".into()],
+        &tmp.path().join("lab"),
+    );
+    let nodes: Vec<Lab> = (1..=3).map(|i| lab.node(i)).collect();
+    for (i, node) in nodes.iter().enumerate() {
+        lab.apply(&pinned_pod(&format!("rollout-{}", i + 1), node.var("NODE")));
+    }
+    for node in &nodes {
+        wait_settled(node, node.var("KUBELET_VERSION"), node.var("NODE"));
+    }
+    let before: Vec<BTreeMap<String, Seen>> = nodes.iter().map(observe).collect();
+    let old_kubelets: Vec<Vec<u8>> = nodes
+        .iter()
+        .map(|n| std::fs::read(n.var("KUBELET_PATH")).unwrap())
+        .collect();
+    let good = built_kubelet(TO);
+    let broken = tmp.path().join("kubelet-never-healthy");
+    never_healthy_kubelet(&good, &broken);
+
+    let hosts: serde_json::Map<String, Value> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let own = Path::new(n.var("NODE_DIR")).join("rollout");
+            let mut args = store_args(n);
+            args.extend(
+                [
+                    "--kubeconfig".to_string(),
+                    kubelet_kubeconfig(n).display().to_string(),
+                    "--kubelet-dir".into(),
+                    n.var("KUBELET_DIR").into(),
+                    "--manifests".into(),
+                    n.var("MANIFESTS").into(),
+                    "--kubelet-pidfile".into(),
+                    n.var("KUBELET_PIDFILE").into(),
+                    "--kubelet-healthz".into(),
+                    n.var("KUBELET_HEALTHZ").into(),
+                ]
+                .into_iter()
+                .chain(
+                    [
+                        "stop-kubelet",
+                        "start-kubelet",
+                        "stop-runtime",
+                        "start-runtime",
+                    ]
+                    .iter()
+                    .flat_map(|v| [format!("--{v}"), n.lab(v)]),
+                ),
+            );
+            (
+                n.var("NODE").to_string(),
+                serde_json::json!({
+                    "kubelet_rehash_bin": own.join("bin/kubelet-rehash"),
+                    "kubelet_rehash_dir": own.join("var"),
+                    "kubelet_rehash_kubelet_src": if i == 1 { &broken } else { &good },
+                    "kubelet_rehash_kubelet_path": n.var("KUBELET_PATH"),
+                    "kubelet_rehash_args": args,
+                }),
+            )
+        })
+        .collect();
+    let inventory = serde_json::json!({
+        "kubelet_rehash_nodes": {
+            "hosts": hosts,
+            "vars": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "kubelet_rehash_become": false,
+                "kubelet_rehash_from": FROM,
+                "kubelet_rehash_to": TO,
+                // the window's budget (default 300 s while the node is held Ready): a real
+                // kubelet here is healthy within seconds, and the broken one is given up on
+                // sooner
+                "kubelet_rehash_budget": 60,
+                "kubelet_rehash_binary_src": bin(),
+                "kubelet_rehash_gate_kubeconfig": lab.var("KUBECONFIG"),
+                "kubelet_rehash_gate_kubectl": lab.var("KUBECTL"),
+            },
+        },
+    });
+    // JSON is YAML: the yaml inventory plugin reads it
+    let inv = tmp.path().join("inventory.yml");
+    std::fs::write(&inv, serde_json::to_vec_pretty(&inventory).unwrap()).unwrap();
+    let started = Instant::now();
+    let out = Command::new(&ansible)
+        .arg("-i")
+        .arg(&inv)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ansible/playbook.yml"))
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("ANSIBLE_FORCE_COLOR", "0")
+        .env("ANSIBLE_LOCAL_TEMP", tmp.path().join("ansible-local"))
+        .env("ANSIBLE_REMOTE_TMP", tmp.path().join("ansible-remote"))
+        .env("ANSIBLE_CONFIG", tmp.path().join("no-ansible.cfg"))
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{log}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "ansible-playbook fails the rollout at the second node:\n{log}"
+    );
+    let recap = log.rsplit("PLAY RECAP").next().unwrap_or("");
+    let recap_of = |host: &str| {
+        recap
+            .lines()
+            .find(|l| l.split(':').next().map(str::trim) == Some(host))
+            .map(str::to_string)
+    };
+    let name = |i: usize| nodes[i].var("NODE").to_string();
+    let first =
+        recap_of(&name(0)).unwrap_or_else(|| panic!("the play reached the first node:\n{log}"));
+    assert!(
+        first.contains("failed=0"),
+        "the first node went through, gate and all: {first}"
+    );
+    assert!(
+        log.contains(&format!(
+            "{}: 1 container(s) kept, node Ready on True v{TO}.",
+            name(0)
+        )),
+        "the gate passed the first node, Ready on kubelet {TO} with its container kept:\n{log}"
+    );
+    let second =
+        recap_of(&name(1)).unwrap_or_else(|| panic!("the play reached the second node:\n{log}"));
+    assert!(
+        second.contains("failed=1"),
+        "the second node failed: {second}"
+    );
+    assert!(
+        log.contains("failed inside it and rolled back: the node runs its old kubelet")
+            && log.contains("(exit 3)")
+            && log.contains("rolled back: the runtime and the old kubelet run again"),
+        "the play says the second node was rolled back (upgrade's exit 3):\n{log}"
+    );
+    assert!(
+        recap_of(&name(2)).is_none(),
+        "the play never reached the third node:\n{recap}"
+    );
+
+    // the real kubelets: the first on the new version, the second back on its old binary, the
+    // third never stopped; every container of every node in its old process
+    wait_settled(
+        &nodes[0],
+        &built_version(TO),
+        "the first node after the rollout",
+    );
+    for i in [1, 2] {
+        wait_settled(
+            &nodes[i],
+            nodes[i].var("KUBELET_VERSION"),
+            "a node the rollout left on its old kubelet",
+        );
+        assert!(
+            std::fs::read(nodes[i].var("KUBELET_PATH")).unwrap() == old_kubelets[i],
+            "node {} runs its old kubelet binary, byte for byte",
+            i + 1
+        );
+    }
+    for (i, node) in nodes.iter().enumerate() {
+        let now = observe(node);
+        assert!(
+            restarted(&before[i], &now).is_empty(),
+            "no container of node {} restarted",
+            i + 1
+        );
+        for (k, b) in &before[i] {
+            assert_eq!(now[k].pid, b.pid, "{k} on node {} keeps its process", i + 1);
+        }
+    }
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/real-kubelet");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(
+        out.join("fleet-rollout.md"),
+        format!(
+            "| node | new kubelet | play | kubelet after | containers kept |\n|---|---|---|---|---|\n\
+             | {} | {TO} | ok, gate passed | {TO} | {} of {} |\n\
+             | {} | never healthy | failed: rolled back (exit 3) | {FROM} (old binary) | {} of {} |\n\
+             | {} | {TO} | never reached | {FROM} | {} of {} |\n\nansible-playbook took {:.0} s.\n",
+            name(0), before[0].len(), before[0].len(),
+            name(1), before[1].len(), before[1].len(),
+            name(2), before[2].len(), before[2].len(),
+            took.as_secs_f64()
+        ),
+    )
+    .unwrap();
+}

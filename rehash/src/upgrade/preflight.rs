@@ -263,7 +263,7 @@ impl Run<'_> {
         }
         let Some(pid) = self.node.kubelet_pid() else {
             return Err(Preflight::Refused(
-                "no running kubelet found, so its command line cannot be checked against the new binary (give the kubelet's pid file)".into(),
+                "no single running kubelet found (none, or several processes named kubelet: another node's or a containerized one beside this node's), so its command line cannot be checked against the new binary: give this node's kubelet pid file (--kubelet-pidfile)".into(),
             ));
         };
         let Some(argv) = self.node.cmdline(pid) else {

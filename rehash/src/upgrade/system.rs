@@ -342,9 +342,13 @@ impl NodeControl for SystemNode {
             let pid: u32 = std::fs::read_to_string(f).ok()?.trim().parse().ok()?;
             return self.pid_alive(pid).then_some(pid);
         }
-        crate::node::pids_named(&self.proc_dir, &self.kubelet_process)
-            .first()
-            .copied()
+        // Without a pid file, only the one process of that name: of several (a second node's
+        // kubelet on the same machine, a containerized one beside the node's) the lowest pid
+        // is a guess, and the window would stop, watch and judge another node's kubelet.
+        match crate::node::pids_named(&self.proc_dir, &self.kubelet_process).as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        }
     }
 
     fn cmdline(&self, pid: u32) -> Option<Vec<String>> {
@@ -607,6 +611,37 @@ mod tests {
         };
         assert_eq!(n.kubelet_pid(), Some(std::process::id()));
         assert!(n.cmdline(std::process::id()).is_some_and(|a| !a.is_empty()));
+    }
+
+    /// A /proc with a process named `kubelet` at each of `pids`.
+    fn proc_with_kubelets(pids: &[u32]) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for pid in pids {
+            let d = t.path().join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("comm"), "kubelet\n").unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn without_a_pidfile_only_a_single_kubelet_is_the_nodes() {
+        let one = proc_with_kubelets(&[4242]);
+        let n = SystemNode {
+            proc_dir: one.path().to_path_buf(),
+            ..SystemNode::systemd(RuntimeKind::Containerd, None)
+        };
+        assert_eq!(n.kubelet_pid(), Some(4242), "the one kubelet is the node's");
+        let two = proc_with_kubelets(&[4242, 5151]);
+        let n = SystemNode {
+            proc_dir: two.path().to_path_buf(),
+            ..SystemNode::systemd(RuntimeKind::Containerd, None)
+        };
+        assert_eq!(
+            n.kubelet_pid(),
+            None,
+            "of two kubelets neither is taken for the node's without a pid file"
+        );
     }
 
     #[test]
