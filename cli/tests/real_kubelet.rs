@@ -2899,7 +2899,7 @@ fn admission_case(
         let rest = &l[at..];
         Some(rest[..rest.find('"')?].to_string())
     };
-    let denied: BTreeMap<String, (String, String)> = log
+    let mut denied: BTreeMap<String, (String, String)> = log
         .lines()
         .filter(|l| l.contains("\"Pod admission denied\""))
         .filter_map(|l| {
@@ -2910,6 +2910,27 @@ fn admission_case(
         })
         .filter(|(p, _)| ended.contains(p))
         .collect();
+    // Kubelets before 1.31 log no "Pod admission denied" line (1.30 logs only "Predicate
+    // failed on Pod"); their rejectPod's words are in the pod's status: the reason, and the
+    // message after "Pod was rejected: ".
+    for p in lab.pods_of_node()["items"].as_array().unwrap() {
+        let key = format!(
+            "{}/{}",
+            p["metadata"]["namespace"].as_str().unwrap(),
+            p["metadata"]["name"].as_str().unwrap()
+        );
+        if !ended.contains(&key) || denied.contains_key(&key) {
+            continue;
+        }
+        if let (Some(reason), Some(message)) = (
+            p["status"]["reason"].as_str(),
+            p["status"]["message"]
+                .as_str()
+                .and_then(|m| m.strip_prefix("Pod was rejected: ")),
+        ) {
+            denied.insert(key, (reason.to_string(), message.to_string()));
+        }
+    }
     if ended.iter().ne(predicted.keys()) || denied.keys().ne(predicted.keys()) {
         let shown: Vec<String> = lab.pods_of_node()["items"]
             .as_array()
@@ -2926,7 +2947,7 @@ fn admission_case(
             })
             .collect();
         panic!(
-            "{pair}: the real kubelet {to} rejects exactly the pods the plan named (plan: {predicted:#?}, ended: {ended:?}, denied in its log: {denied:#?}); pods {shown:#?}"
+            "{pair}: the real kubelet {to} rejects exactly the pods the plan named (plan: {predicted:#?}, ended: {ended:?}, denied in its log or the pods' status: {denied:#?}); pods {shown:#?}"
         );
     }
     let failed = denied;
