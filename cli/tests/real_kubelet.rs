@@ -1598,6 +1598,39 @@ fn planned_with(
 }
 
 /// The containers whose id or restart count changed, or that are gone.
+/// The control: the new kubelet swapped in without the tool (stopped, binary copied, started).
+/// It sees everything: it waits for the `expected` restarts (at most 120 s), then for the
+/// node to settle on `to_v`, then 15 s more, and returns what restarted since `before` then:
+/// a restart that came after the expected ones counts.
+fn swapped_without_the_tool(
+    lab: &Lab,
+    new_kubelet: &Path,
+    before: &BTreeMap<String, Seen>,
+    expected: usize,
+    to_v: &str,
+    what: &str,
+) -> BTreeSet<String> {
+    lab.run("stop-kubelet");
+    // Copied by cp, never through a descriptor of this process: a curl a sampler's thread
+    // forks meanwhile inherits every open descriptor until its exec, and the kubelet's start
+    // then fails with ETXTBSY ("Text file busy", seen on a loaded CI machine).
+    sh(
+        Command::new("cp")
+            .arg(new_kubelet)
+            .arg(lab.var("KUBELET_PATH")),
+        "cp the new kubelet",
+    );
+    lab.run("start-kubelet");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while restarted(before, &observe(lab)).len() < expected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    wait_settled(lab, to_v, what);
+    std::thread::sleep(Duration::from_secs(15));
+    wait_settled(lab, to_v, what);
+    restarted(before, &observe(lab))
+}
+
 fn restarted(before: &BTreeMap<String, Seen>, now: &BTreeMap<String, Seen>) -> BTreeSet<String> {
     before
         .iter()
@@ -2296,30 +2329,14 @@ fn run_pair(
     lab.write_pods(&pods);
     let (without_ctl, _) = planned(&lab, &pods, to);
     let sampler = Sampler::start(&lab);
-    lab.run("stop-kubelet");
-    // Copied by cp, never through a descriptor of this process: a curl the sampler's thread
-    // forks meanwhile inherits every open descriptor until its exec, and the kubelet's start
-    // then fails with ETXTBSY ("Text file busy", seen on a loaded CI machine).
-    sh(
-        Command::new("cp")
-            .arg(&new_kubelet)
-            .arg(lab.var("KUBELET_PATH")),
-        "cp the new kubelet",
+    let ctl_restarted = swapped_without_the_tool(
+        &lab,
+        &new_kubelet,
+        &before_ctl,
+        without_ctl.len(),
+        &to_v,
+        &format!("{pair}: control"),
     );
-    lab.run("start-kubelet");
-    // The control sees everything: it waits for the restarts it knows of (at most 120 s), then
-    // for the node to settle, then 15 s more, and judges what it observes then: a restart that
-    // came after the expected ones counts.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while restarted(&before_ctl, &observe(&lab)).len() < without_ctl.len()
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_secs(3));
-    }
-    wait_settled(&lab, &to_v, &format!("{pair}: control"));
-    std::thread::sleep(Duration::from_secs(15));
-    wait_settled(&lab, &to_v, &format!("{pair}: control"));
-    let ctl_restarted = restarted(&before_ctl, &observe(&lab));
     // The plan calls a static pod with a derived UID a restart whenever the minor version
     // changes; the real kubelet derives the same UID when both versions' Pod types print alike
     // (1.16 -> 1.17 kept it). Computing the derived UID needs each version's Pod type tree,
@@ -2911,8 +2928,8 @@ fn admission_case(
         .filter(|(p, _)| ended.contains(p))
         .collect();
     // Kubelets before 1.31 log no "Pod admission denied" line (1.30 logs only "Predicate
-    // failed on Pod"); their rejectPod's words are in the pod's status: the reason, and the
-    // message after "Pod was rejected: ".
+    // failed on Pod"); their rejectPod's words are in the pod's status (the reason, and the
+    // message after "Pod was rejected: ") and in the event it records.
     for p in lab.pods_of_node()["items"].as_array().unwrap() {
         let key = format!(
             "{}/{}",
@@ -2928,6 +2945,31 @@ fn admission_case(
                 .as_str()
                 .and_then(|m| m.strip_prefix("Pod was rejected: ")),
         ) {
+            denied.insert(key, (reason.to_string(), message.to_string()));
+        }
+    }
+    // ... and where the status no longer says (the pod reported Succeeded once its containers
+    // exited 0 on SIGTERM), in the Warning event rejectPod records with the same reason and
+    // message
+    for e in lab.json(&["get", "events", "-A"])["items"]
+        .as_array()
+        .unwrap()
+    {
+        let o = &e["involvedObject"];
+        let key = format!(
+            "{}/{}",
+            o["namespace"].as_str().unwrap_or(""),
+            o["name"].as_str().unwrap_or("")
+        );
+        if o["kind"] != "Pod"
+            || e["type"] != "Warning"
+            || e["source"]["component"] != "kubelet"
+            || !ended.contains(&key)
+            || denied.contains_key(&key)
+        {
+            continue;
+        }
+        if let (Some(reason), Some(message)) = (e["reason"].as_str(), e["message"].as_str()) {
             denied.insert(key, (reason.to_string(), message.to_string()));
         }
     }

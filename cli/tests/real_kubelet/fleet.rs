@@ -165,6 +165,7 @@ fn every_node_of_a_multi_node_lab_keeps_its_containers_through_its_own_upgrade()
         "| node | runtime | kubelet | containers | predicted restarts without / with the tool | observed without the tool (control) | observed with it |".to_string(),
         "|---|---|---|---|---|---|---|".to_string(),
     ];
+    let mut control_restarted = BTreeSet::new();
     for (i, node) in nodes.iter().enumerate() {
         let turn = want[i].2;
         let (without, with) = &predicted[i];
@@ -191,30 +192,22 @@ fn every_node_of_a_multi_node_lab_keeps_its_containers_through_its_own_upgrade()
                 "tool"
             }
             Turn::Control => {
-                node.run("stop-kubelet");
-                sh(
-                    Command::new("cp")
-                        .arg(&kubelet)
-                        .arg(node.var("KUBELET_PATH")),
-                    "cp the new kubelet",
+                control_restarted = swapped_without_the_tool(
+                    node,
+                    &kubelet,
+                    &before[i],
+                    without.len(),
+                    &built_version(TO),
+                    node.var("NODE"),
                 );
-                node.run("start-kubelet");
-                // as the suite's control: the restarts it knows of (at most 120 s), the node
-                // settled, then 15 s more (a restart that comes later counts too)
-                let deadline = Instant::now() + Duration::from_secs(120);
-                while restarted(&before[i], &observe(node)).len() < without.len()
-                    && Instant::now() < deadline
-                {
-                    std::thread::sleep(Duration::from_secs(3));
-                }
-                wait_settled(node, &built_version(TO), node.var("NODE"));
-                std::thread::sleep(Duration::from_secs(15));
-                wait_settled(node, &built_version(TO), node.var("NODE"));
                 "control"
             }
         };
         let now = observe(node);
-        let gone = restarted(&before[i], &now);
+        let gone = match turn {
+            Turn::Control => std::mem::take(&mut control_restarted),
+            _ => restarted(&before[i], &now),
+        };
         let cell = |set: &BTreeSet<String>| format!("{} of {}", set.len(), before[i].len());
         let (without_cell, with_cell) = match turn {
             Turn::Nothing => ("-".to_string(), "-".to_string()),
