@@ -292,7 +292,7 @@ lab_test() {
 lab_test "real-node suite (cli/tests/real_kubelet.rs)" "$real_node_test" real-node
 lab_test "full node: 8, 110 and 250 pods, 1.30 -> 1.31 and back (cli/tests/real_kubelet/full_node.rs)" "$full_node_test" full-node
 lab_test "status guard fail-safes (cli/tests/real_kubelet/guard.rs)" "$guard_test" guard
-lab_test "multi-node lab: three kubelets, each upgraded in turn (cli/tests/real_kubelet/fleet.rs)" "$fleet_test" fleet
+lab_test "multi-node lab: five kubelets, each in its turn (two without the tool) (cli/tests/real_kubelet/fleet.rs)" "$fleet_test" fleet
 lab_test "Ansible rollout over three real kubelets, stopped at a failed node (cli/tests/real_kubelet/fleet.rs)" "$rollout_test" rollout
 
 checks_rc=0
