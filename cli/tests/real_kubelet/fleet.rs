@@ -161,6 +161,7 @@ fn every_node_of_a_multi_node_lab_keeps_its_containers_through_its_own_upgrade()
         .collect();
     let plan_s = planned_at.elapsed().as_secs_f64() / nodes.len() as f64;
     let kubelet = built_kubelet(TO);
+    let to_v = built_version(&kubelet);
     let mut rows = vec![
         "| node | runtime | kubelet | containers | predicted restarts without / with the tool | observed without the tool (control) | observed with it |".to_string(),
         "|---|---|---|---|---|---|---|".to_string(),
@@ -188,7 +189,7 @@ fn every_node_of_a_multi_node_lab_keeps_its_containers_through_its_own_upgrade()
                 std::fs::create_dir_all(&state).unwrap();
                 let report = upgrade(node, TO, &kubelet, &state);
                 assert_eq!(report["phase"], "done", "node {}: {report}", i + 1);
-                wait_settled(node, &built_version(TO), node.var("NODE"));
+                wait_settled(node, &to_v, node.var("NODE"));
                 "tool"
             }
             Turn::Control => {
@@ -197,7 +198,7 @@ fn every_node_of_a_multi_node_lab_keeps_its_containers_through_its_own_upgrade()
                     &kubelet,
                     &before[i],
                     without.len(),
-                    &built_version(TO),
+                    &to_v,
                     node.var("NODE"),
                 );
                 "control"
@@ -274,9 +275,9 @@ fn every_node_of_a_multi_node_lab_keeps_its_containers_through_its_own_upgrade()
     eprintln!("{}", rows.join("\n"));
 }
 
-/// The full version `k8s-lab.sh build` resolves `minor` to (its cache directory's name).
-fn built_version(minor: &str) -> String {
-    built_kubelet(minor)
+/// The full version of a kubelet `k8s-lab.sh build` made (its cache directory's name).
+fn built_version(kubelet: &Path) -> String {
+    kubelet
         .parent()
         .and_then(|d| d.file_name())
         .map(|d| d.to_string_lossy().into_owned())
@@ -341,6 +342,7 @@ fn the_ansible_rollout_stops_at_the_node_whose_new_kubelet_never_becomes_healthy
         .map(|n| std::fs::read(n.var("KUBELET_PATH")).unwrap())
         .collect();
     let good = built_kubelet(TO);
+    let to_v = built_version(&good);
     let broken = tmp.path().join("kubelet-never-healthy");
     never_healthy_kubelet(&good, &broken);
 
@@ -473,11 +475,7 @@ fn the_ansible_rollout_stops_at_the_node_whose_new_kubelet_never_becomes_healthy
 
     // the real kubelets: the first on the new version, the second back on its old binary, the
     // third never stopped; every container of every node in its old process
-    wait_settled(
-        &nodes[0],
-        &built_version(TO),
-        "the first node after the rollout",
-    );
+    wait_settled(&nodes[0], &to_v, "the first node after the rollout");
     for i in [1, 2] {
         wait_settled(
             &nodes[i],
